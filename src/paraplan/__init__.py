@@ -16,8 +16,6 @@ import sys
 import types
 from typing import TYPE_CHECKING
 
-__version__ = "0.1.0"
-
 # name -> the module that defines it
 _EXPORTS = {
     "estimate": "paraplan.api",
@@ -41,7 +39,7 @@ _EXPORTS = {
     "InputError": "paraplan.specs.errors",
 }
 
-__all__ = ["__version__", *_EXPORTS]
+__all__ = ["__version__", *_EXPORTS]  # __version__: from __getattr__, as installed
 
 # API functions whose names are also subpackages: ``paraplan.search`` must stay the package for every import
 # (``import paraplan.search.run``, ``from paraplan.search import space``, patches by dotted path) and still be
@@ -74,6 +72,10 @@ def __getattr__(name: str):
     naming the closest exports (did you mean ...?)."""
     if name in _CALLABLE_PACKAGES:  # the subpackage, callable (_CallablePackage)
         return importlib.import_module(f"{__name__}.{name}")
+    if name == "__version__":  # pyproject.toml's, as installed (cli.app's --version reads it too)
+        from importlib.metadata import version
+
+        return version(__name__)
     module = _EXPORTS.get(name)
     if module is None:
         import difflib
@@ -87,7 +89,7 @@ def __getattr__(name: str):
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+    return sorted(set(globals()) | set(_EXPORTS) | {"__version__"})
 
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only

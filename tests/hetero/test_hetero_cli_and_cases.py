@@ -159,6 +159,37 @@ def test_search_cluster_and_non_uniform(capsys, files):
         "1",
     )
     assert code == 0 and "search exact" in out
+    # the status line --cluster prints: 4 GPUs, R = 2 modes, M = 4 micro-batch counts, up to 4 stages,
+    # w(1..4) = R, 2R, R, 3R: M·(3R + 6R² + 6R³ + R⁴) = 4·94 = 376 (non_uniform_space_size)
+    assert out.splitlines()[-1] == (
+        "finished: the search ran to the end of its space (376 candidates before the per-stage "
+        "rules); the plans above are the best of all"
+    )
+
+
+def test_the_non_uniform_local_search_says_it_finished_without_claiming_the_best_of_all(
+    capsys, files
+):
+    """Bottleneck alleviation (16 GPUs: a space too large to enumerate) prints its status line through the
+    renderer of --cluster; a local search never says its plans are the best of all."""
+    argv = ["search", "-m", str(files["model.yaml"]), "-s", "aws-g4dn.12xlarge", "--gpus", "16"]
+    code, out, _ = run(
+        capsys,
+        *argv,
+        "--non-uniform",
+        "--global-batch",
+        "8",
+        "--seq-length",
+        "512",
+        "--top",
+        "1",
+        "--time-budget",
+        "60",
+    )
+    last = out.splitlines()[-1]
+    assert code == 0 and "search alleviation" in out
+    assert last.startswith("finished: bottleneck alleviation ran to its end within the time budget")
+    assert last.endswith("candidates before the per-stage rules") and "best of all" not in out
 
 
 def test_validate_hetero_cli(capsys):

@@ -142,6 +142,23 @@ def test_non_uniform_exact_equals_brute_force():
     )
 
 
+def test_non_uniform_results_hold_the_size_of_their_space():
+    """The non-uniform search states its space (non_uniform_space_size) as the AMP-style one does: 4 GPUs,
+    2 recompute modes (R), micro-batch counts 8/1, 8/2, 8/4, 8/8 (M = 4), at most 2 stages. A stage of
+    g GPUs has R·(v₂(g) + 1) options: w(1) = R, w(2) = 2R, w(3) = R, w(4) = 3R. One stage: w(4) = 6;
+    two: w(1)w(3) + w(3)w(1) + w(2)w(2) = 6R² = 24; space = M·(6 + 24) = 120. Cut by the budget, the
+    stopped line names it too."""
+    problem = HeteroProblem(TINY, UNIFORM4, 8, 512, "fp16", "unfused", recompute=("none", "full"))
+    result = search_non_uniform(problem, top_k=1, max_stages=2)
+    assert result.mode == "exact" and result.space == 120 and not result.stopped
+    assert result.to_dict()["space"] == 120 and result.to_dict()["finished"] is True
+    cut = search_non_uniform(problem, top_k=1, max_stages=2, time_budget_s=0.0)
+    assert cut.stopped.endswith("solved; the space holds 120 candidates")
+    assert cut.to_dict()["finished"] is False
+    local = search_non_uniform(problem, top_k=1, max_stages=2, exact_limit=0, time_budget_s=5.0)
+    assert local.mode == "alleviation" and local.space == 120
+
+
 def test_non_uniform_alleviation_under_budget():
     problem = HeteroProblem(TINY, UNIFORM4, 8, 512, "fp16", "unfused")
     result = search_non_uniform(problem, max_stages=3, exact_limit=0, time_budget_s=2.0)

@@ -68,29 +68,41 @@ def _runtime_nodes(tree: ast.AST):
         yield from _runtime_nodes(node)
 
 
+def _absolute(node: ast.ImportFrom, name: str, path: Path) -> str:
+    """The module an ``from ... import`` names, a relative one (``from . import x``, ``from ..a import b``)
+    resolved against the importing module ``name`` (a package's ``__init__`` is its own package)."""
+    if not node.level:
+        return node.module or ""
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    for _ in range(node.level - 1):
+        package = package.rsplit(".", 1)[0]
+    return f"{package}.{node.module}" if node.module else package
+
+
+def _imports_of(name: str, path: Path, modules) -> set[str]:
+    """The paraplan modules ``name`` imports anywhere in its body (see _imports)."""
+    deps = set()
+    for node in _runtime_nodes(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            module = _absolute(node, name, path)
+            if module == "paraplan" or module.startswith("paraplan."):
+                for alias in node.names:
+                    sub = f"{module}.{alias.name}"
+                    deps.add(sub if sub in modules else module)
+        elif isinstance(node, ast.Import):
+            deps |= {a.name for a in node.names if a.name.split(".")[0] == "paraplan"}
+    return {d for d in deps if d in modules and d != name}
+
+
 @lru_cache(maxsize=1)
 def _imports() -> dict[str, frozenset[str]]:
     """Module -> the paraplan modules it imports anywhere in its body, at module level or inside a
-    function (``from pkg import submodule`` counts as the submodule). Only imports under
-    ``if TYPE_CHECKING:`` are left out: they never run and name a type for annotations."""
+    function (``from pkg import submodule`` counts as the submodule; a relative import counts as the
+    module it resolves to). An import of a module's own parent package (``from paraplan.catalog
+    import x`` in ``paraplan.catalog.hf``) is the edge it is: the package's ``__init__`` runs. Only
+    imports under ``if TYPE_CHECKING:`` are left out: they never run and name a type for annotations."""
     modules = {_module_name(p): p for p in ROOT.rglob("*.py")}
-    graph: dict[str, frozenset[str]] = {}
-    for name, path in modules.items():
-        deps = set()
-        for node in _runtime_nodes(ast.parse(path.read_text())):
-            if (
-                isinstance(node, ast.ImportFrom)
-                and node.module
-                and node.module.startswith("paraplan")
-            ):
-                for alias in node.names:
-                    sub = f"{node.module}.{alias.name}"
-                    deps.add(sub if sub in modules else node.module)
-            elif isinstance(node, ast.Import):
-                deps |= {a.name for a in node.names if a.name.startswith("paraplan")}
-        own = {d for d in deps if d in modules and d != name and not name.startswith(d + ".")}
-        graph[name] = frozenset(own)
-    return graph
+    return {name: frozenset(_imports_of(name, path, modules)) for name, path in modules.items()}
 
 
 def _layer(module: str) -> int:
@@ -189,6 +201,30 @@ def test_the_walk_sees_imports_inside_functions_but_not_type_checking_ones():
     }
     assert found == {"typing", "paraplan.step"}
     assert "paraplan.catalog" in _imports()["paraplan.cost.compute"]  # kernel_cap's lazy import
+    assert "paraplan.specs.checked" in _imports()["paraplan.catalog"]
+
+
+def test_the_walk_counts_parent_packages_and_resolves_relative_imports(tmp_path):
+    """An import of a module's own parent package is an edge (its ``__init__`` runs); a relative import
+    counts as the module it names, so neither hides a circle or an upward import."""
+    package = tmp_path / "paraplan" / "catalog"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("from . import hf\n")
+    (package / "hf.py").write_text(
+        "def f():\n    from paraplan.catalog import load\n    from ..specs import model\n"
+    )
+    modules = {
+        "paraplan.catalog": package / "__init__.py",
+        "paraplan.catalog.hf": package / "hf.py",
+        "paraplan.specs.model": tmp_path / "model.py",
+    }
+    assert _imports_of("paraplan.catalog", package / "__init__.py", modules) == {
+        "paraplan.catalog.hf"
+    }
+    assert _imports_of("paraplan.catalog.hf", package / "hf.py", modules) == {
+        "paraplan.catalog",
+        "paraplan.specs.model",
+    }
     assert _layer("paraplan.cli.main") > _layer("paraplan.step.compose") > _layer("paraplan.specs")
 
 

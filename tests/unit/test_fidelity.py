@@ -180,7 +180,12 @@ def test_overlap_mechanisms_by_hand():
     assert float(ov.prefetched_gather_exposed_s(3e-3, 2e-3, 32, 2)) == pytest.approx(3e-3)
     # ring of 4: 3 steps, comm 5 ms vs attention 4 ms, sync 0.1 ms
     assert float(ov.ring_attention_exposed_s(5e-3, 4e-3, 4, 1e-4)) == pytest.approx(3 * 1e-3 + 3e-4)
-    assert float(ov.ulysses_all_to_all_bytes(800.0, 8)) == pytest.approx(700.0)
+    # a Ulysses all-to-all over cp = 8 on one node: of an 800-byte buffer each rank sends (c−1)/c, 700 B,
+    # through the split every all-to-all of the model takes (graph.transformer.ulysses_collectives names
+    # the buffer, cost.comm.all_to_all_split_bytes the bytes that leave it)
+    from paraplan.cost.comm import GroupSpan, all_to_all_split_bytes
+
+    assert sum(all_to_all_split_bytes(800.0, GroupSpan(8, 8, 1))) == pytest.approx(700.0)
 
 
 def test_leave_one_group_out_refits_without_the_group():

@@ -262,6 +262,40 @@ def test_stage_rules():
     assert quiet == []  # sequence parallelism off: seq_length need not split over tp
 
 
+def test_uniform_model_violations():
+    """Decoder-only and encoder-only models take the uniform paths; an encoder-decoder (T5) and layers
+    of differing widths are named, field by field."""
+    assert rules.uniform_model_violations(GQA) == []
+    t5 = rules.uniform_model_violations(load_model("t5-3b"))
+    assert [(v.field, v.value) for v in t5] == [("model.architecture", "encoder_decoder")]
+    assert "an encoder-decoder is costed stage by stage" in t5[0].rule
+    widths = GQA.model_copy(update={"layer_widths": ({"count": 16},)})
+    assert [(v.field, v.value, v.rule) for v in rules.uniform_model_violations(widths)] == [
+        (
+            "model.layer_widths",
+            "given",
+            "layers of differing widths need a per-stage plan (--plan FILE with stages)",
+        )
+    ]
+
+
+def test_offload_rule():
+    assert rules.offload_rule(False, None, "s") is None  # nothing offloaded: no host link needed
+    assert rules.offload_rule(True, 64e9, "s") is None
+    assert (
+        rules.offload_rule(True, None, "s") == "system s declares no host_bandwidth / host_memory"
+    )
+    assert rules.offload_rule(True, 0.0, "s") is not None
+
+
+def test_torchtitan_sequence_rule():
+    # tp·2·cp = 2·2·3 = 12: 4092 = 12·341 is allowed, 4096 = 12·341 + 4 is not
+    assert rules.torchtitan_sequence_rule(4092, 2, 3) is None
+    rule = "torchtitan needs seq_length divisible by tp·2·cp = 12"
+    assert rules.torchtitan_sequence_rule(4096, 2, 3) == rule
+    assert rules.torchtitan_sequence_rule(4096, 1, 1) is None  # 4096 = 2·2048
+
+
 # ---- one home ------------------------------------------------------------------------------------
 ROOT = Path(paraplan.__file__).parent
 RULE_ATTRIBUTES = {"heads", "n_kv_heads", "kv_heads", "ffn_hidden"}

@@ -124,7 +124,7 @@ def test_every_carried_field_is_a_plan_field():
 
 
 def test_other_uniform_paths_still_refuse_encoder_decoders(tmp_path):
-    """The Python API estimate, export and sweep name the model rule (estimate.model_violations)."""
+    """The Python API estimate, export and sweep name the model rule (specs.rules.uniform_model_violations)."""
     from paraplan import api
     from paraplan.export import export_plan
     from paraplan.sweep.run import SweepConfig, prepare

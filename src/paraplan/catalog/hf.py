@@ -70,6 +70,7 @@ from __future__ import annotations
 from typing import Any, get_args
 
 from paraplan.catalog.hf_layers import GEMMA_TYPES, gemma, getter, given, llama_fields
+from paraplan.specs.checked import validate_spec
 from paraplan.specs.choices import Activation
 from paraplan.specs.errors import InputError
 from paraplan.specs.model import ModelSpec
@@ -377,6 +378,4 @@ def model_from_hf_config(data: dict, name: str, field: str = "model") -> ModelSp
         spec = _falcon(data, get, field)
     spec["name"] = name
     spec["source"] = f"Hugging Face config.json (model_type {data.get('model_type', family)})"
-    from paraplan.catalog import validate_spec
-
     return validate_spec(ModelSpec, spec, field)

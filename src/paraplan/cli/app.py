@@ -15,7 +15,6 @@ from typing import Optional, get_args
 
 import typer
 
-from paraplan import __version__
 from paraplan.cli.declare import optional, switch
 from paraplan.io.catalog_files import catalog_names
 from paraplan.specs import choices  # the plan's Literal choices: no pydantic model at start-up
@@ -43,7 +42,9 @@ _OUTPUT: dict[str, int | None] = {"width": None}  # set by --width (0: unlimited
 
 def _show_version(value: bool) -> None:
     if value:
-        print(f"paraplan {__version__}")
+        from importlib.metadata import version  # here: only --version reads the installed metadata
+
+        print(f"paraplan {version('paraplan')}")
         raise typer.Exit(0)
 
 

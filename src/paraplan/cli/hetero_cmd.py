@@ -274,7 +274,13 @@ def search_hetero(
             "divide the heads; pp: divisors of the GPUs / tp)"
         )
     )
-    if result.space and not result.stopped:
+    if result.space and not result.stopped and result.mode == "alleviation":
+        console.print(  # a local search ends before its space does: it never claims the best of all
+            "finished: bottleneck alleviation ran to its end within the time budget, a local search "
+            f"from the AMP-style best; the space holds {result.space:,} candidates before the "
+            "per-stage rules"
+        )
+    elif result.space and not result.stopped:
         console.print(
             f"finished: the search ran to the end of its space ({result.space:,} candidates before "
             "the per-stage rules)"

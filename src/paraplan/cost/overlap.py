@@ -101,14 +101,6 @@ def gathered_ring_exposed_s(gather_s, sends_s, attention_s, cp):
     return maximum(0.0, gather_s - step) + ring_attention_exposed_s(send, step, cp, 0.0) + send
 
 
-def ulysses_all_to_all_bytes(local_tensor_bytes, cp):
-    """Bytes each GPU sends in one all-to-all of DeepSpeed-Ulysses (Jacobs et al. 2023,
-    arXiv:2309.14509, §3.1): a rank keeps 1/c of its local tensor and sends the rest, (c−1)/c·S.
-    Forward runs four (Q, K, V before attention, the output after), backward four more; none
-    overlaps the attention it feeds."""
-    return (cp - 1) / np.maximum(cp, 1) * local_tensor_bytes
-
-
 # ---- TP comm-GEMM overlap: chunks and SM contention, from Transformer Engine's userbuffers configs ----
 # The configurations NeMo runs its performance recipes with (NeMo 24.09 launcher
 # conf/training/tp_overlap/ub_cfg_h100_h8192_tp4_mbs1_seqlen8192.yaml; the same values in NeMo 2.0

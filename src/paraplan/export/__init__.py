@@ -40,12 +40,12 @@ def export_plan(
 ) -> str:
     """The plan as ``framework`` takes it (text); ``fp8_recipe``: the fp8 recipe of the framework profile
     the plan was priced with (Megatron-Bridge writes its recipe; None: delayed scaling); :class:`ExportRefused` names a knob it cannot express,
-    InputError a model the uniform plan does not describe (estimate.model_violations: encoder-decoders)."""
+    InputError a model the uniform plan does not describe (specs.rules.uniform_model_violations: encoder-decoders)."""
     if model is not None:
-        from paraplan.step.estimate import model_violations
         from paraplan.specs.errors import InputError
+        from paraplan.specs.rules import uniform_model_violations
 
-        if broken := model_violations(model):
+        if broken := uniform_model_violations(model):
             raise InputError.from_violations(broken)
     if framework == "megatron":
         return megatron.export(plan, model, gpus_per_node, header)

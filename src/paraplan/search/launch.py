@@ -52,6 +52,7 @@ from paraplan.specs.rules import (
     megatron_overlap_rule,
     model_parts_rule,
     recompute_modules_rule,
+    torchtitan_sequence_rule,
 )
 from paraplan.specs.split import default_first_last, grouped_split, stage_layer_counts
 
@@ -219,12 +220,12 @@ def _expert_axis_violations(framework: str, name: str, problem) -> list[tuple[st
 
 def degrees_allowed(framework: str | None, tp: int, pp: int, cp: int, seq_length: int) -> bool:
     """DeepSpeed has no ring context parallelism; torchtitan needs seq divisible by tp·2·cp
-    (facts/torchtitan_checks.yaml sequence-divides)."""
+    (specs.rules.torchtitan_sequence_rule)."""
     name = launcher(framework)
     if name == DEEPSPEED:
         return cp == 1
     if name == TORCHTITAN:
-        return seq_length % (tp * 2 * cp) == 0
+        return not torchtitan_sequence_rule(seq_length, tp, cp)
     return True
 
 

@@ -175,9 +175,9 @@ class SearchProblem(GridAxes):
 
     def check(self) -> None:
         """Raise InputError (one line: field, value, what is allowed) for an unusable problem."""
-        from paraplan.step.estimate import model_violations  # the estimator's own model rule
+        from paraplan.specs.rules import uniform_model_violations  # the estimator's own model rule
 
-        if broken := model_violations(self.model):
+        if broken := uniform_model_violations(self.model):
             raise InputError.from_violations(broken)
         if precision := accelerator_rules(self.system.accelerator, self.dtype, self.attention):
             raise InputError.from_violations([Violation(*rule) for rule in precision])

@@ -349,6 +349,35 @@ def costed_by_stages(model: ModelSpec) -> bool:
     return model.architecture == "encoder_decoder"
 
 
+def uniform_model_violations(model: ModelSpec) -> list[Violation]:
+    """The uniform builder (step.blocks.BLOCK_KINDS) composes stacks of identical layers: decoder-only
+    models, and encoder-only ones (BERT, ViT: the same layer with bidirectional attention, ViT's patch
+    embedding and classifier); encoder-decoders and stacks of differing widths are costed stage by
+    stage (step/per_stage.py), never silently as decoder layers: the CLI's estimate and search turn
+    an encoder-decoder's uniform flags into a per-stage plan (specs.uniform_stages) before reaching here.
+    The uniform estimate (step.estimate.check_plan), search (search.space), sweep and export ask it."""
+    if costed_by_stages(model):
+        return [
+            Violation(
+                "model.architecture",
+                model.architecture,
+                "the uniform plan paths (Python API estimate and search, sweep, export, validate) take "
+                "decoder-only and encoder-only models; an encoder-decoder is costed stage by stage: "
+                "paraplan estimate / search with the same options, --plan FILE with stages, or in Python "
+                "step.per_stage.estimate_stage_plan of specs.uniform_stages.uniform_stage_plan",
+            )
+        ]
+    if model.layer_widths is not None:
+        return [
+            Violation(
+                "model.layer_widths",
+                "given",
+                "layers of differing widths need a per-stage plan (--plan FILE with stages)",
+            )
+        ]
+    return []
+
+
 def per_stage_model_rule(model: ModelSpec) -> str | None:
     """The per-stage builder (step.per_stage) has no MoE / MLA / window-pattern / MTP layers."""
     if moe_shaped(model):
@@ -387,6 +416,15 @@ def stage_rules(
     return out
 
 
+# ---- the system ----------------------------------------------------------------------------------
+def offload_rule(offloads: bool, host_bandwidth: float | None, system: str) -> str | None:
+    """Offloading weights, activations or optimizer state (``offloads``) streams them over the host link
+    (step.offload), which the system must declare (accelerator.host_bandwidth)."""
+    if offloads and not host_bandwidth:
+        return f"system {system} declares no host_bandwidth / host_memory"
+    return None
+
+
 # ---- what a framework's launcher runs (issue 34): shared by the search (search.launch) and the exporters ----
 # Megatron-LM core_v0.14.0 start-up checks, kept with their source lines in export/facts/megatron_checks.yaml.
 
@@ -409,4 +447,12 @@ def megatron_overlap_rule(
     core_v0.14.0; check 'param-gather-needs-grad-reduce-overlap'); without sharding nothing is gathered."""
     if zero >= 1 and overlap_param_gather and not overlap_dp_grad_reduce:
         return "--overlap-param-gather needs --overlap-grad-reduce in Megatron-LM"
+    return None
+
+
+def torchtitan_sequence_rule(seq_length: int, tp: int, cp: int) -> str | None:
+    """torchtitan needs the sequence divisible by tp·2·cp (ParallelDims.seq_len_divisor, parallel_dims.py
+    line 372 at v0.2.2; export/facts/torchtitan_checks.yaml 'sequence-divides')."""
+    if seq_length % (tp * 2 * cp):
+        return f"torchtitan needs seq_length divisible by tp·2·cp = {tp * 2 * cp}"
     return None

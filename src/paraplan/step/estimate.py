@@ -27,7 +27,7 @@ from paraplan.specs.model import ModelSpec
 from paraplan.specs.parallel import ParallelDims
 from paraplan.specs.plan import STATE_FIELDS, PlanSpec, plan_violations
 from paraplan.specs.recompute import modules_of
-from paraplan.specs.rules import costed_by_stages
+from paraplan.specs.rules import offload_rule, uniform_model_violations
 from paraplan.specs.rules_precision import accelerator_rules
 from paraplan.specs.system import SystemSpec
 from paraplan.step.layer_shape import layer_shape_from
@@ -92,53 +92,22 @@ def recompute_modules(plan: PlanSpec) -> tuple[str, ...]:
 
 
 def _system_violations(plan: PlanSpec, system: SystemSpec) -> list[Violation]:
+    """The plan's rules on this system: dtype and attention kernel (specs.rules_precision.accelerator_rules),
+    offloading over a declared host link (specs.rules.offload_rule)."""
     acc = system.accelerator
     out = [Violation(*rule) for rule in accelerator_rules(acc, plan.dtype, plan.attention)]
-    if (
-        plan.offload_weights or plan.offload_activations or plan.offload_optimizer
-    ) and not acc.host_bandwidth:
-        out.append(
-            Violation(
-                "plan.offload",
-                True,
-                f"system {system.name} declares no host_bandwidth / host_memory",
-            )
-        )
+    offloads = plan.offload_weights or plan.offload_activations or plan.offload_optimizer
+    if rule := offload_rule(offloads, acc.host_bandwidth, system.name):
+        out.append(Violation("plan.offload", True, rule))
     return out
-
-
-def model_violations(model: ModelSpec) -> list[Violation]:
-    """The uniform builder (step.blocks.BLOCK_KINDS) composes stacks of identical layers: decoder-only
-    models, and encoder-only ones (BERT, ViT: the same layer with bidirectional attention, ViT's patch
-    embedding and classifier); encoder-decoders and stacks of differing widths are costed stage by
-    stage (step/per_stage.py), never silently as decoder layers: the CLI's estimate and search turn
-    an encoder-decoder's uniform flags into a per-stage plan (specs.uniform_stages) before reaching here."""
-    if costed_by_stages(model):
-        return [
-            Violation(
-                "model.architecture",
-                model.architecture,
-                "the uniform plan paths (Python API estimate and search, sweep, export, validate) take "
-                "decoder-only and encoder-only models; an encoder-decoder is costed stage by stage: "
-                "paraplan estimate / search with the same options, --plan FILE with stages, or in Python "
-                "step.per_stage.estimate_stage_plan of specs.uniform_stages.uniform_stage_plan",
-            )
-        ]
-    if model.layer_widths is not None:
-        return [
-            Violation(
-                "model.layer_widths",
-                "given",
-                "layers of differing widths need a per-stage plan (--plan FILE with stages)",
-            )
-        ]
-    return []
 
 
 def check_plan(model: ModelSpec, system: SystemSpec, plan: PlanSpec) -> None:
     """Raise InputError naming the first broken rule (field, value, what is allowed)."""
     violations = (
-        model_violations(model) + plan_violations(plan, model) + _system_violations(plan, system)
+        uniform_model_violations(model)
+        + plan_violations(plan, model)
+        + _system_violations(plan, system)
     )
     if violations:
         raise InputError.from_violations(violations)

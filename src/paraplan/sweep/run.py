@@ -202,9 +202,9 @@ def prepare(config: SweepConfig) -> Prepared:
     """Load the specs, check every --set value (alone and in combination) and build one task per point."""
     config.check()
     model = load_model(config.model, field="model")
-    from paraplan.step.estimate import model_violations
+    from paraplan.specs.rules import uniform_model_violations
 
-    if broken := model_violations(
+    if broken := uniform_model_violations(
         model
     ):  # no point of the sweep could search it (the uniform search's model rule)
         raise InputError.from_violations(broken)

@@ -155,7 +155,8 @@ def search_non_uniform(
 ) -> HeteroResult:
     """Aceso-style search on one GPU type (module docstring): exact enumeration when the space has at
     most ``exact_limit`` per-stage combinations, else bottleneck alleviation from the AMP-style best
-    within ``time_budget_s`` seconds of the whole search."""
+    within ``time_budget_s`` seconds of the whole search. The result holds the space's size
+    (non_uniform_space_size), as the AMP-style search's holds its own (cluster_space_size)."""
     if not problem.cluster.is_uniform:
         raise InputError(
             "--non-uniform: plans per stage on one GPU type; give a one-pool cluster (or --system and --gpus)"
@@ -164,9 +165,10 @@ def search_non_uniform(
     batch = problem.global_batch
     counts = sorted({batch // k for k in _powers_of_two(batch) if batch % k == 0})
     max_stages = min(max_stages, problem.cluster.gpus, len(model_blocks(problem.model)))
-    if non_uniform_space_size(problem, max_stages, counts) <= exact_limit:
-        return _exact(problem, top_k, max_stages, counts, t0, t0 + time_budget_s)
-    return _alleviation(problem, top_k, time_budget_s, t0)
+    space = non_uniform_space_size(problem, max_stages, counts)
+    if space <= exact_limit:
+        return _exact(problem, top_k, max_stages, counts, space, t0, t0 + time_budget_s)
+    return _alleviation(problem, top_k, time_budget_s, t0, space)
 
 
 def _exact(
@@ -174,11 +176,12 @@ def _exact(
     top_k: int,
     max_stages: int,
     counts: list[int],
+    space: int,
     t0: float,
     deadline: float = math.inf,
 ) -> HeteroResult:
     """Every per-stage combination, each split solved exactly (search.staged.splits.best_splits),
-    as far as the ``deadline`` (time.perf_counter) allows."""
+    as far as the ``deadline`` (time.perf_counter) allows; ``space``: non_uniform_space_size."""
     candidates = []
     modes = searched_modes(problem)
     for pp in range(1, max_stages + 1):
@@ -197,11 +200,13 @@ def _exact(
     elapsed = time.perf_counter() - t0
     stopped = (
         f"time budget {deadline - t0:g} s reached: {bounded} of {len(candidates)} candidates bounded, "
-        f"{solved} solved"
+        f"{solved} solved; the space holds {space} candidates"
         if time.perf_counter() > deadline
         else ""
     )
-    return HeteroResult(plans, len(candidates), elapsed, "exact", solved=solved, stopped=stopped)
+    return HeteroResult(
+        plans, len(candidates), elapsed, "exact", solved=solved, stopped=stopped, space=space
+    )
 
 
 def _bounds(configs) -> tuple[int, ...]:
@@ -210,15 +215,17 @@ def _bounds(configs) -> tuple[int, ...]:
 
 
 def _alleviation(
-    problem: HeteroProblem, top_k: int, time_budget_s: float, t0: float
+    problem: HeteroProblem, top_k: int, time_budget_s: float, t0: float, space: int
 ) -> HeteroResult:
     """Bottleneck alleviation (search.staged.alleviate) from the best AMP-style plan, for what is left
-    of the time budget."""
+    of the time budget; ``space``: non_uniform_space_size, of which it visits a part."""
     start = search_cluster(problem, top_k=1, time_budget_s=time_budget_s)  # the start, in budget
     stopped = f"while finding the start plan: {start.stopped}" if start.stopped else ""
     if not start.plans:
         elapsed = time.perf_counter() - t0
-        return HeteroResult([], start.evaluated, elapsed, "alleviation", stopped=stopped)
+        return HeteroResult(
+            [], start.evaluated, elapsed, "alleviation", stopped=stopped, space=space
+        )
     plan0 = start.plans[0].plan
     m = plan0.n_microbatches
     configs0 = tuple(
@@ -238,9 +245,18 @@ def _alleviation(
     evaluated = start.evaluated + result.evaluations
     elapsed = time.perf_counter() - t0
     if not stopped and elapsed > time_budget_s:
-        stopped = f"time budget {time_budget_s:g} s reached: {result.evaluations} alleviation moves"
+        stopped = (
+            f"time budget {time_budget_s:g} s reached: {result.evaluations} alleviation moves; "
+            f"the space holds {space} candidates"
+        )
     return HeteroResult(
-        plans[:top_k], evaluated, elapsed, "alleviation", result.trajectory, stopped=stopped
+        plans[:top_k],
+        evaluated,
+        elapsed,
+        "alleviation",
+        result.trajectory,
+        stopped=stopped,
+        space=space,
     )
 
 
