@@ -54,6 +54,8 @@ def test_bundled_files_load():
         "bigscience-tr11-prequel.json",
         "mbridge-nvfp4.json",
         "mbridge-moe-more.json",
+        "mbridge-2604.json",
+        "mbridge-260201.json",
     } <= set(names)
     cases = load_cases()
     # 118 + the held-out FSDP-stack sets (20 llm-foundry, 23 torchtitan) + BLOOM-176B (1) + MaxText (1 + 4)
@@ -64,7 +66,9 @@ def test_bundled_files_load():
     # + MaxText on Google Cloud H200 / B200 (3) and Llama 2 7B on one A3 VM (1)
     # + Megatron-Bridge 26.02 NVFP4 rows on GB200 / GB300 (4)
     # + Megatron-Bridge 25.11 / 26.02 MoE rows on DGX B200 / H100 / GB200 / GB300 (mbridge-moe-more, 14)
-    assert len(cases) == 250 and len({(c.file, c.name) for c in cases}) == 250
+    # + Megatron-Bridge 26.04 rows whose model and GPU the catalog has (mbridge-2604.json, 13 dense + 18 MoE)
+    # + Megatron-Bridge 26.02.01 MoE rows (mbridge-260201.json, 19)
+    assert len(cases) == 300 and len({(c.file, c.name) for c in cases}) == 300
 
 
 @pytest.mark.parametrize("suffix", [".json", ".yaml"])
