@@ -13,7 +13,6 @@ parameters, gradients and optimizer state together.
 from __future__ import annotations
 
 import json
-import tomllib
 
 from paraplan.export.common import (
     COMMON_FIELDS,
@@ -223,6 +222,8 @@ def export(plan: PlanSpec, model: ModelSpec | None = None, header: str = "") -> 
 
 def _read_job_config(text: str) -> Doc:
     """The job config's TOML; refuses a key torchtitan does not have."""
+    import tomllib  # read back only: a search's launch targets write the config, ~4 ms of import spared
+
     fw = framework_args(NAME)
     try:
         data = tomllib.loads(text)

@@ -271,8 +271,13 @@ def stage_peaks(inp: StepInputs) -> tuple[Num, Num]:
     paired_peak = paired_host = 0.0
     for s in inp.stages:  # a rank's bytes are linear in its position between these
         last = s.index + s.count - 1
-        for x in (s.index, last, inp.pp - 1 - s.index, inp.pp - 1 - last):
-            terms, found = dualpipe_memory_terms(inp, holdings, x)
+        ends = (s.index, last, inp.pp - 1 - s.index, inp.pp - 1 - last)
+        # the partner of the rank at ends[k] is at ends[k ± 2] (p − 1 − (p − 1 − i) = i, integers): the entry
+        # holding each end looked up once (_holding_at compares positions only: the same bits)
+        held = [_holding_at(inp, holdings, x) for x in ends]
+        for k, x in enumerate(ends):
+            (own, found), (partner, _) = held[k], held[(k + 2) % 4]
+            terms = _paired_terms(inp, own, partner, x)
             paired_peak = maximum(paired_peak, where(found, terms["peak_bytes"], 0.0))
             paired_host = maximum(paired_host, where(found, terms["host_bytes"], 0.0))
     return where(dual, paired_peak, peak), where(dual, paired_host, host)
@@ -286,10 +291,17 @@ def dualpipe_memory_terms(
     whether some present entry holds position ``index``."""
     own, found = _holding_at(inp, holdings, index)
     partner, _ = _holding_at(inp, holdings, inp.pp - 1 - index)
+    return _paired_terms(inp, own, partner, index), found
+
+
+def _paired_terms(
+    inp: StepInputs, own: StageHoldings, partner: StageHoldings, index: Num
+) -> dict[str, Num]:
+    """``memory_at`` of the DualPipe rank at position ``index`` holding ``own`` and its partner's ``partner``."""
     paired, in_flight = paired_holdings(
         own, partner, index, inp.pp, inp.microbatches, inp.knobs.vpp
     )
-    return memory_at(inp, paired, index, in_flight), found
+    return memory_at(inp, paired, index, in_flight)
 
 
 def _holding_at(inp: StepInputs, holdings: list[StageHoldings], position: Num):
