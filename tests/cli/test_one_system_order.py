@@ -91,3 +91,37 @@ def test_the_estimate_command_and_the_api_price_one_plan_alike(capsys):
     _, profiled = run_specs(load_model(MODEL), load_system(SYSTEM), load_framework(FRAMEWORK))
     _, api_system, _ = api._problem(MODEL, SYSTEM, None, FRAMEWORK, dict(PLAN))
     assert api_system.model_dump() == profiled.model_dump()
+
+
+def _estimate_json(capsys, *args) -> dict:
+    with pytest.raises(SystemExit) as exc:
+        main(
+            ["estimate", "-m", "gpt3-2.7b", "-s", SYSTEM, "--framework", FRAMEWORK, "--json", *args]
+        )
+    out, err = capsys.readouterr()
+    assert (exc.value.code or 0) == 0, err
+    return json.loads(out)
+
+
+def test_a_per_stage_plan_takes_the_profile_then_set_as_its_uniform_form(capsys, tmp_path):
+    """gpt3-2.7b, pp 2 dp 4 ZeRO-1 on 8 H100s under llm-foundry with --set hbm 96 GiB: the uniform plan and
+    its per-stage form (estimate --plan, cost.frameworks.cluster_specs) give one step time and, per stage,
+    one peak and capacity (the reserve 5.5 GiB of the profile on 80 GiB; --set was ignored on this path)."""
+    from paraplan.cost.frameworks import framework_plan_fields
+    from paraplan.specs.plan_fields import plan_from_fields
+    from paraplan.specs.uniform_stages import uniform_stage_plan
+
+    fields = {"gpus": 8, "pp": 2, "zero": 1, "global_batch": 16, "seq_length": 2048}
+    plan = plan_from_fields(framework_plan_fields(load_framework(FRAMEWORK), fields))
+    staged = uniform_stage_plan(plan, load_model("gpt3-2.7b"), SYSTEM)
+    path = tmp_path / "stages.json"
+    path.write_text(json.dumps(staged.model_dump(mode="json", exclude_none=True)))
+    sets = [arg for s in SETS for arg in ("--set", s)]
+    options = [f"--{k.replace('_', '-')}={v}" for k, v in fields.items()]
+    uniform = _estimate_json(capsys, *options, *sets)
+    per_stage = _estimate_json(capsys, "--plan", str(path), *sets)
+    assert per_stage["step_time_s"] == pytest.approx(uniform["step_time_s"], rel=1e-9)
+    for one, other in zip(per_stage["stages"], uniform["memory"]["per_stage"], strict=True):
+        assert one["capacity_gib"] == other["capacity_gib"] == pytest.approx(96.0, rel=1e-12)
+        assert one["reserved_gib"] == pytest.approx(5.5, rel=1e-12)
+        assert one["peak_gib"] == pytest.approx(other["peak_gib"], rel=1e-9)

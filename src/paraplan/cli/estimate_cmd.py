@@ -341,7 +341,9 @@ def estimate(
                     f"--plan: {plan_file!r} is a non-uniform plan (a list of stages); "
                     f"{', '.join(given.values())} cannot be applied to it (edit the file)"
                 )
-            if not estimate_plan_file(model, Path(plan_file), cluster, system, as_json, framework):
+            if not estimate_plan_file(
+                model, Path(plan_file), cluster, system, as_json, framework, set_
+            ):
                 raise typer.Exit(EXIT_DOES_NOT_FIT)
             return
         if cluster is not None:

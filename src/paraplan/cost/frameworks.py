@@ -131,11 +131,25 @@ def collnet_enabled(framework: FrameworkSpec, system: SystemSpec) -> bool:
 def framework_cluster(framework: FrameworkSpec, cluster: ClusterSpec) -> ClusterSpec:
     """The cluster as this framework uses it: every pool's system under ``framework_system`` (a per-stage
     plan's GPUs run the profile's stack, as a uniform plan's system does)."""
-    pools = tuple(
-        p.model_copy(update={"system": framework_system(framework, p.system)})
-        for p in cluster.pools
+    return cluster_specs(None, cluster, framework)[1]
+
+
+def cluster_specs(
+    model: ModelSpec | None,
+    cluster: ClusterSpec,
+    profile: FrameworkSpec | None = None,
+    overrides: Overrides | None = None,
+) -> tuple[ModelSpec | None, ClusterSpec]:
+    """(model, cluster) a per-stage plan is priced on: every pool's system built as run_specs builds a
+    uniform plan's (the profile, then ``overrides``, the ``--set`` values, on each pool alike)."""
+    pools = []
+    for pool in cluster.pools:
+        model_of_pool, system = run_specs(model, pool.system, profile, overrides)
+        pools.append(pool.model_copy(update={"system": system}))
+    model = model_of_pool if pools else model
+    return model, ClusterSpec(
+        name=cluster.name, source=cluster.source, pools=tuple(pools), links=cluster.links
     )
-    return ClusterSpec(name=cluster.name, source=cluster.source, pools=pools, links=cluster.links)
 
 
 def put_step_bytes(target: dict, key: str, stated: float | None, optimizer_state: str) -> None:
