@@ -374,10 +374,9 @@ def estimate(
             "the plan options, --plan, --set, --json, --width",
         )
     profile = load_framework_option(framework)
-    from paraplan.cost.frameworks import (
-        run_specs,
-    )  # the profile adapts the system; --set values win
+    from paraplan.cost.frameworks import run_specs
 
+    # the profile adapts the system, then the --set values (winning): the one order of every command
     model_spec, system_spec = run_specs(model_spec, system_spec, profile, set_overrides(set_))
     if plan_file is not None:
         plan = load_plan_option(plan_file, model_spec, seq_length, {f: fields[f] for f in given})
