@@ -86,12 +86,12 @@ def _problem(
         return model_spec, system_spec, plan
     base = plan.model_dump(exclude_unset=True) if isinstance(plan, PlanSpec) else dict(plan or {})
     fields = with_overrides(base, plan_fields)
-    if framework is not None:
+    if framework is not None:  # the system of cost.frameworks.run_specs, as every command builds it
         from paraplan.catalog import load_framework
-        from paraplan.cost.frameworks import framework_plan_fields, framework_system
+        from paraplan.cost.frameworks import framework_plan_fields, run_specs
 
         profile = load_framework(framework)
-        system_spec = framework_system(profile, system_spec)
+        model_spec, system_spec = run_specs(model_spec, system_spec, profile)
         fields = framework_plan_fields(profile, fields)
     return model_spec, system_spec, plan_from_fields(fields)
 

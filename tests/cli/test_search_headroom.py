@@ -41,23 +41,23 @@ def test_search_set_changes_the_system(capsys):
 
 
 def test_the_searched_system_takes_the_profile_then_set_then_the_headroom():
-    """search.setup.search_system, by hand: llm-foundry on a DGX H100 (80 GiB) reserves 0.5 GiB of CUDA
+    """search.setup.search_specs, by hand: llm-foundry on a DGX H100 (80 GiB) reserves 0.5 GiB of CUDA
     context + 1.0 GiB of NCCL buffers + 0.05 x 80 GiB of fragmentation = 5.5 GiB, taken from the full HBM as
     estimate takes it; the 5 % headroom then leaves 76 GiB to fit in. A --set capacity (96 GiB) comes after
     the profile (the reserve stays 5.5 GiB, as in estimate --set) and before the headroom (91.2 GiB)."""
     from paraplan.catalog import load_framework, load_model, load_system
-    from paraplan.cli.estimate_plan import apply_sets
-    from paraplan.search.setup import search_system
+    from paraplan.cli.estimate_plan import set_overrides
+    from paraplan.search.setup import search_specs
 
     gib = 2**30
     system, profile = load_system("dgx-h100-80gb"), load_framework("llm-foundry")
-    searched, full = search_system(system, profile, None, 0.05)
+    model = load_model("llama2-7b")
+    _, searched, full = search_specs(model, system, profile, None, 0.05)
     assert full == 80 * gib
     assert searched.accelerator.reserved_memory == pytest.approx(5.5 * gib, rel=1e-12)
     assert searched.accelerator.hbm_capacity == pytest.approx(76 * gib, rel=1e-12)
-    model = load_model("llama2-7b")
-    bigger = ["accelerator.hbm_capacity=96GiB"]
-    searched, full = search_system(system, profile, lambda s: apply_sets(model, s, bigger)[1], 0.05)
+    bigger = set_overrides(["accelerator.hbm_capacity=96GiB"])
+    _, searched, full = search_specs(model, system, profile, bigger, 0.05)
     assert full == 96 * gib
     assert searched.accelerator.reserved_memory == pytest.approx(5.5 * gib, rel=1e-12)
     assert searched.accelerator.hbm_capacity == pytest.approx(91.2 * gib, rel=1e-12)

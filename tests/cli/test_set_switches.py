@@ -140,7 +140,7 @@ SEARCH = (
 
 
 # a small search whose profiles reserve allocator fragmentation as a share of HBM (llm-foundry, torchtitan,
-# hf-transformers, maxtext): the search's memory headroom scales the capacity only (search.setup.search_system)
+# hf-transformers, maxtext): the search's memory headroom scales the capacity only (search.setup.search_specs)
 SMALL_SEARCH = (
     "search -m llama2-7b -s dgx-h100-80gb --gpus 8 --global-batch 64 --seq-length 2048 --tp 1,2 --pp 1,2 "
     "--top 3"

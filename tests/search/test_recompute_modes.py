@@ -184,7 +184,7 @@ def test_search_rows_re_estimate_identically(fields):
     """Every feasible candidate of a random small problem (fixed seed) and every ranked row states a plan
     whose estimate as the user asks for it (api.estimate with the catalog system and the framework, not the
     search's adapted system) gives the search's step time and peak memory (relative 1e-9): a sample of 40
-    candidates and every stack-mode one. The search keeps its memory headroom (search.setup.search_system),
+    candidates and every stack-mode one. The search keeps its memory headroom (search.setup.search_specs),
     which scales only the capacity, never the profile's fragmentation reserve."""
     batches: list[dict] = []
     model, system, framework = fields.pop("model"), fields.pop("system"), fields["framework"]

@@ -31,11 +31,11 @@ from paraplan.cli.declare import given, optional, switch
 from paraplan.cli.estimate_plan import (
     FIELD_PARAMETER,
     STAGED_ESTIMATE_OPTIONS,
-    apply_sets,
     framework_defaults,
     given_plan_options,
     plan_fields,
     plan_file_sources,
+    set_overrides,
 )
 from paraplan.cli.goodput_opts import (
     GoodputChanges,
@@ -341,7 +341,9 @@ def estimate(
                     f"--plan: {plan_file!r} is a non-uniform plan (a list of stages); "
                     f"{', '.join(given.values())} cannot be applied to it (edit the file)"
                 )
-            if not estimate_plan_file(model, Path(plan_file), cluster, system, as_json, framework):
+            if not estimate_plan_file(
+                model, Path(plan_file), cluster, system, as_json, framework, set_
+            ):
                 raise typer.Exit(EXIT_DOES_NOT_FIT)
             return
         if cluster is not None:
@@ -372,11 +374,10 @@ def estimate(
             "the plan options, --plan, --set, --json, --width",
         )
     profile = load_framework_option(framework)
-    if profile is not None:  # the profile adapts the system; --set values still win
-        from paraplan.cost.frameworks import framework_system
+    from paraplan.cost.frameworks import run_specs
 
-        system_spec = framework_system(profile, system_spec)
-    model_spec, system_spec = apply_sets(model_spec, system_spec, set_ or [])
+    # the profile adapts the system, then the --set values (winning): the one order of every command
+    model_spec, system_spec = run_specs(model_spec, system_spec, profile, set_overrides(set_))
     if plan_file is not None:
         plan = load_plan_option(plan_file, model_spec, seq_length, {f: fields[f] for f in given})
     else:

@@ -1,6 +1,6 @@
 """The plan and specs of ``paraplan estimate`` from its options: the plan fields of the options given
 (``plan_fields``), which were typed (``given_plan_options``), a framework profile's defaults for the
-rest (``framework_defaults``) and ``--set`` applied to the specs (``apply_sets``)."""
+rest (``framework_defaults``) and ``--set`` applied to the specs (``apply_sets``, ``set_overrides``)."""
 
 from __future__ import annotations
 
@@ -63,6 +63,14 @@ def apply_sets(model_spec, system_spec, sets: list[str]):
 
         put_step_bytes(overrides, STEP_BYTES, overrides.get(STEP_BYTES), state)
     return apply_overrides(model_spec, system_spec, overrides)
+
+
+def set_overrides(sets: list[str] | None):
+    """The ``--set`` values as the overrides of cost.frameworks.run_specs (applied after the framework
+    profile, so they win over it, by every command alike); None when none is given."""
+    if not sets:
+        return None
+    return lambda model_spec, system_spec: apply_sets(model_spec, system_spec, sets)
 
 
 # a --set of the optimizer-state precision also sets the step's traffic it implies (cost.frameworks.put_step_bytes)

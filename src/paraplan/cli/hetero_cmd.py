@@ -60,11 +60,15 @@ def estimate_plan_file(
     system: str | None,
     as_json: bool,
     framework: str | None = None,
+    sets: list[str] | None = None,
 ) -> bool:
     """``paraplan estimate --plan FILE`` for a non-uniform plan, under the ``--framework`` profile when given
-    (its systems and the plan defaults the file leaves unset, as on a uniform plan); True when it fits."""
+    (its systems and the plan defaults the file leaves unset, as on a uniform plan) and with the ``--set``
+    values on the model and every pool's system after it (cost.frameworks.cluster_specs, the order of a
+    uniform plan's run_specs); True when it fits."""
     from paraplan.cli.app import load_framework_option
-    from paraplan.cost.frameworks import framework_cluster, framework_plan_fields
+    from paraplan.cli.estimate_plan import set_overrides
+    from paraplan.cost.frameworks import cluster_specs, framework_plan_fields
     from paraplan.step.per_stage import estimate_stage_plan
 
     model_spec = load_model(model, field="model")
@@ -75,8 +79,7 @@ def estimate_plan_file(
     plan_spec = stage_plan_from_dict(data, "plan")
     pool_names = {d.pool for s in plan_spec.stages for d in s.devices}
     cluster_spec = resolve_cluster(cluster, system, plan_spec.gpus if system is not None else None)
-    if profile is not None:
-        cluster_spec = framework_cluster(profile, cluster_spec)
+    model_spec, cluster_spec = cluster_specs(model_spec, cluster_spec, profile, set_overrides(sets))
     if (
         cluster_spec.is_uniform
         and system is not None

@@ -251,11 +251,11 @@ def search(
     good_inputs = goodput_changes.inputs() if ttt else None
     objective = "time" if ttt else objective
     check_price(price)
-    from paraplan.cli.estimate_plan import apply_sets
+    from paraplan.cli.estimate_plan import apply_sets, set_overrides
 
-    given_system = load_system(system, field="system")
+    given_model, given_system = model_spec, load_system(system, field="system")
     # the --set values checked, and the system they give read for the price and precision defaults
-    model_spec, system_spec = apply_sets(model_spec, given_system, set_ or [])
+    model_spec, system_spec = apply_sets(given_model, given_system, set_ or [])
     profile = load_framework_option(framework)  # an unknown name is one line before anything runs
     if objective == "cost" and price is None and system_spec.price_per_gpu_hour is None:
         raise InputError(
@@ -268,13 +268,13 @@ def search(
     )
     dtype = Dtype(precision.get("dtype", dtype.value))
     problem, full_hbm = search_setup(
-        model_spec,
-        given_system,  # search.setup.search_system: the profile, then --set (winning, as in estimate), then the headroom
+        given_model,  # search.setup.search_specs: the profile, then --set (winning, as in estimate), then the headroom
+        given_system,
         gpus,
         profile,
         price,
         memory_headroom=memory_headroom,
-        overrides=(lambda s: apply_sets(model_spec, s, set_)[1]) if set_ else None,
+        overrides=set_overrides(set_),
         **asdict(batch),
         dtype=dtype.value,
         **(

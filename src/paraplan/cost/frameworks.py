@@ -24,6 +24,7 @@ The profile sets what differs by implementation and nothing else:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from paraplan.cost.attention import converted_attention_fraction, effective_kernel
@@ -32,6 +33,7 @@ from paraplan.cost.runtimes import runtime_costs
 from paraplan.specs.cluster import ClusterSpec
 from paraplan.specs.fields import with_fields
 from paraplan.specs.framework import FrameworkSpec
+from paraplan.specs.model import ModelSpec
 from paraplan.specs.plan import RUNTIME_FIELDS, runtime_of
 from paraplan.specs.system import AcceleratorSpec, EagerFields, HostFields, SystemSpec
 
@@ -42,6 +44,32 @@ PLAN_DEFAULTS = (
     "overlap_param_gather",
     "overlap_tp_comm",
 )
+
+
+# the user's --set values on (model, system): cli.estimate_plan.apply_sets, sweep.params.apply_overrides
+Overrides = Callable[[ModelSpec, SystemSpec], tuple[ModelSpec, SystemSpec]]
+
+
+def run_specs(
+    model: ModelSpec,
+    system: SystemSpec,
+    profile: FrameworkSpec | None = None,
+    overrides: Overrides | None = None,
+) -> tuple[ModelSpec, SystemSpec]:
+    """The (model, system) a run is priced on, built in one order by every path (issue 31, "two paths that
+    price the same plan must give the same number": ``estimate`` and ``api.estimate``, ``sweep``, ``search``
+    and ``api.search`` through search.setup.search_specs, which then keeps its memory headroom):
+
+    1. the given model and system;
+    2. the framework ``profile`` on the system (framework_system), whose reserved memory holds its
+       allocator fragmentation as a share of this HBM;
+    3. ``overrides``, the user's ``--set`` values, which win over the profile's.
+    """
+    if profile is not None:
+        system = framework_system(profile, system)
+    if overrides is not None:
+        model, system = overrides(model, system)
+    return model, system
 
 
 def framework_plan_fields(framework: FrameworkSpec, plan_fields: dict[str, Any]) -> dict[str, Any]:
@@ -103,11 +131,25 @@ def collnet_enabled(framework: FrameworkSpec, system: SystemSpec) -> bool:
 def framework_cluster(framework: FrameworkSpec, cluster: ClusterSpec) -> ClusterSpec:
     """The cluster as this framework uses it: every pool's system under ``framework_system`` (a per-stage
     plan's GPUs run the profile's stack, as a uniform plan's system does)."""
-    pools = tuple(
-        p.model_copy(update={"system": framework_system(framework, p.system)})
-        for p in cluster.pools
+    return cluster_specs(None, cluster, framework)[1]
+
+
+def cluster_specs(
+    model: ModelSpec | None,
+    cluster: ClusterSpec,
+    profile: FrameworkSpec | None = None,
+    overrides: Overrides | None = None,
+) -> tuple[ModelSpec | None, ClusterSpec]:
+    """(model, cluster) a per-stage plan is priced on: every pool's system built as run_specs builds a
+    uniform plan's (the profile, then ``overrides``, the ``--set`` values, on each pool alike)."""
+    pools = []
+    for pool in cluster.pools:
+        model_of_pool, system = run_specs(model, pool.system, profile, overrides)
+        pools.append(pool.model_copy(update={"system": system}))
+    model = model_of_pool if pools else model
+    return model, ClusterSpec(
+        name=cluster.name, source=cluster.source, pools=tuple(pools), links=cluster.links
     )
-    return ClusterSpec(name=cluster.name, source=cluster.source, pools=pools, links=cluster.links)
 
 
 def put_step_bytes(target: dict, key: str, stated: float | None, optimizer_state: str) -> None:

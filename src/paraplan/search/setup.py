@@ -4,14 +4,16 @@ order written once here (issue 31, "two paths, one number"): a row the search re
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from paraplan.search.headroom import with_headroom
 from paraplan.search.space import SearchProblem
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.plan import runtime_folded
 from paraplan.specs.system import SystemSpec
+
+if TYPE_CHECKING:
+    from paraplan.cost.frameworks import Overrides
 
 # the SearchProblem fields that hold a tuple of allowed values (search accepts a list or one value)
 TUPLE_FIELDS = (
@@ -26,30 +28,23 @@ class SearchSetup(NamedTuple):
     full_hbm_bytes: float
 
 
-def search_system(
+def search_specs(
+    model_spec: ModelSpec,
     system_spec: SystemSpec,
     profile=None,
-    overrides: Callable[[SystemSpec], SystemSpec] | None = None,
+    overrides: Overrides | None = None,
     memory_headroom: float = 0.0,
-) -> tuple[SystemSpec, float]:
-    """(the system a search prices plans on, its HBM before the headroom), in this order:
+) -> tuple[ModelSpec, SystemSpec, float]:
+    """(the model, the system a search prices plans on, its HBM before the headroom): the specs of
+    cost.frameworks.run_specs (the given ones, the framework ``profile``, then ``overrides``, the user's
+    ``--set`` values, as ``estimate`` builds them), then the memory headroom (search.headroom.with_headroom:
+    capacity × (1 − headroom)), last: it scales only the capacity a plan must fit in, never a term of the
+    peak, so a row's peak is its estimate's."""
+    from paraplan.cost.frameworks import run_specs
 
-    1. the given system;
-    2. the framework ``profile`` (a FrameworkSpec; cost.frameworks.framework_system), whose reserved
-       memory holds its allocator fragmentation as a share of this HBM, as ``estimate`` takes it;
-    3. ``overrides``, the user's ``--set`` values (cli.estimate_plan.apply_sets on the system), which
-       win over the profile's, as in ``estimate``;
-    4. the memory headroom (search.headroom.with_headroom: capacity × (1 − headroom)), last: it scales
-       only the capacity a plan must fit in, never a term of the peak, so a row's peak is its estimate's.
-    """
-    if profile is not None:
-        from paraplan.cost.frameworks import framework_system
-
-        system_spec = framework_system(profile, system_spec)
-    if overrides is not None:
-        system_spec = overrides(system_spec)
+    model_spec, system_spec = run_specs(model_spec, system_spec, profile, overrides)
     full_hbm = system_spec.accelerator.hbm_capacity
-    return with_headroom(system_spec, memory_headroom), full_hbm
+    return model_spec, with_headroom(system_spec, memory_headroom), full_hbm
 
 
 def search_setup(
@@ -60,20 +55,22 @@ def search_setup(
     price_per_gpu_hour: float | None = None,
     *,
     memory_headroom: float = 0.0,
-    overrides: Callable[[SystemSpec], SystemSpec] | None = None,
+    overrides: Overrides | None = None,
     **space: Any,
 ) -> SearchSetup:
     """The :class:`~paraplan.search.space.SearchProblem` of ``api.search`` and ``paraplan search`` and
     the HBM before the headroom: ``space`` its further fields (allowed values as tuples, lists or one
     value: TUPLE_FIELDS); with ``framework`` (a profile, its name, file or dict) its attention (unless
-    given) and overlap defaults; the system that of :func:`search_system` (the profile, ``overrides``,
+    given) and overlap defaults; the specs those of :func:`search_specs` (the profile, ``overrides``,
     ``memory_headroom``); the price the resulting system's unless given."""
     profile = None
     if framework is not None:
         from paraplan.catalog import load_framework
 
         profile = load_framework(framework)
-    system_spec, full_hbm = search_system(system_spec, profile, overrides, memory_headroom)
+    model_spec, system_spec, full_hbm = search_specs(
+        model_spec, system_spec, profile, overrides, memory_headroom
+    )
     fields = _search_fields(space, profile)
     if price_per_gpu_hour is None:
         price_per_gpu_hour = system_spec.price_per_gpu_hour

@@ -248,7 +248,8 @@ def estimate(
 
 
 def _op_table(model: ModelSpec, plan: PlanSpec, system: SystemSpec, stage_layer_counts: list[int]):
-    """Per-op and per-collective rows of every block kind (decoder layers × the fullest stage's count) for ``--ops``."""
+    """Per-op and per-collective rows of every block kind a stage runs (decoder layers × the fullest stage's
+    count) for ``--ops``."""
     acc = system.accelerator
     shape = layer_shape(plan, system)
     spans = plan_spans(plan.dims, system)
@@ -256,13 +257,17 @@ def _op_table(model: ModelSpec, plan: PlanSpec, system: SystemSpec, stage_layer_
         spans["tp_row"], spans["tp_col"] = grid_spans(spans["tp"], shape.tp_rows)
     fullest = max(stage_layer_counts)
     dense = min(fullest, model.dense_layers) if model.is_moe else fullest
-    # the fullest stage's layers, the embedding, LM head and one experts block once (StageMix fields)
-    counts = StageMix(1, fullest, dense, fullest, 1, model.mtp_layers, 1)
+    # the fullest stage's layers, the embedding and LM head once (StageMix fields); the routed experts one
+    # block per MoE layer, as moe_layer: the block has no rows of its own (step.blocks._experts_graph: its
+    # time is in moe_layer's ops, only its parameters are its own), so its count shows nowhere
+    counts = StageMix(1, fullest, dense, fullest, fullest, model.mtp_layers, 1)
     ops, comms = [], []
     for name in model_block_kinds(model):
         kind = BLOCK_KINDS[name]
         block = kind.graph(model, shape)
         count = getattr(counts, kind.stage_count) if kind.stage_count else 1
+        if count == 0:  # a kind no stage runs (a MoE model without dense layers): no rows
+            continue
         for op in block.ops:
             f, b = op_times_s(op, acc, plan.dtype)
             eff = (

@@ -208,16 +208,17 @@ def prepare(config: SweepConfig) -> Prepared:
         model
     ):  # no point of the sweep could search it (the uniform search's model rule)
         raise InputError.from_violations(broken)
-    systems = [load_system(s, field="system") for s in config.systems]
+    from paraplan.cost.frameworks import run_specs
+
+    given = [load_system(s, field="system") for s in config.systems]
     profile = None
-    if (
-        config.framework is not None
-    ):  # every system as the framework uses it (frameworks.framework_system)
+    if config.framework is not None:
         from paraplan.catalog import load_framework
-        from paraplan.cost.frameworks import framework_system
 
         profile = load_framework(config.framework, field="--framework")
-        systems = [framework_system(profile, s) for s in systems]
+    # every system as the framework uses it, then each point's --set values: cost.frameworks.run_specs,
+    # the one order of estimate and search
+    systems = [run_specs(model, s, profile)[1] for s in given]
     names = [s.name for s in systems]
     if len(set(names)) != len(names):
         raise InputError(
@@ -242,8 +243,9 @@ def prepare(config: SweepConfig) -> Prepared:
     for p in pts:
         key = (p.system, p.combo)
         if key not in variants:
-            m, s = apply_overrides(
-                model, systems[p.system], override_values(list(config.sets), p.combo)
+            values = override_values(list(config.sets), p.combo)
+            m, s = run_specs(
+                model, given[p.system], profile, lambda m, s, v=values: apply_overrides(m, s, v)
             )
             variants[key] = (
                 m.model_dump(),
