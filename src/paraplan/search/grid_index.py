@@ -114,45 +114,57 @@ def evaluate_groups(table: RowTable, options: GridIndex, rows: np.ndarray, start
 
     A group's options are the product of its state options (ZeRO, DP overlaps) and the offload
     options (space.grid_parts, offload innermost), so the groups are evaluated as one
-    (groups × states × offloads) broadcast: the row facts and the schedule option are (G, 1, 1)
-    arrays, the state options (G, T, 1) (a group with fewer than T repeats its last one; the
-    repeats are dropped), the offload options (G, 1, O). Each term is computed on the axes it
+    (states × offloads × groups) broadcast: the row facts and the schedule option are (1, 1, G)
+    arrays, the state options (T, 1, G) (a group with fewer than T repeats its last one; the
+    repeats are dropped), the offload options (1, O, G). Each term is computed on the axes it
     reads — the per-stage sums once per group, the data-parallel tail once per state option, the
-    streaming once per offload option — and only what combines both on (G, T, O). Every function
-    on the way is elementwise: each candidate's value is the one ``estimate`` computes, bit for bit."""
+    streaming once per offload option — and only what combines both on (T, O, G). The groups are the
+    last (contiguous) axis: an operation that broadcasts a (T, 1, G) array against a (1, O, G) one runs
+    numpy's inner loop over the G groups, not over the few offload options. Every function on the way is
+    elementwise: each candidate's value is the one ``estimate`` computes, bit for bit."""
     n_o = options.offload_count
     states = options.group_size[rows] // n_o
     n_t = int(states.max())
     first = options.offset[rows] + starts  # option (state 0, offload 0) of each group
-    state_at = first[:, None] + np.minimum(np.arange(n_t)[None, :], states[:, None] - 1) * n_o
-    offload_at = first[:, None] + np.arange(n_o)[None, :]
+    state_at = first[None, :] + np.minimum(np.arange(n_t)[:, None], states[None, :] - 1) * n_o
+    offload_at = first[None, :] + np.arange(n_o)[:, None]
     values = {}
     for f, v in options.table.items():
         if f in SCHEDULE_FIELDS:
-            values[f] = v[first][:, None, None]
+            values[f] = v[first][None, None, :]
         elif f in STATE_FIELDS:
-            values[f] = v[state_at][:, :, None]
+            values[f] = v[state_at][:, None, :]
         else:
-            values[f] = v[offload_at][:, None, :]
-    inp = table.inputs(rows[:, None, None], values)
-    shape = (len(rows), n_t, n_o)
-    valid = np.broadcast_to((np.arange(n_t)[None, :] < states[:, None])[:, :, None], shape)
-    step = np.broadcast_to(compose_step(inp)["step_time_s"], shape)[valid]
-    peak, host = (np.broadcast_to(v, shape)[valid] for v in _state_peaks(inp, values["zero"]))
-    return step, peak, host
+            values[f] = v[offload_at][None, :, :]
+    inp = table.inputs(rows[None, None, :], values)
+    shape = (n_t, n_o, len(rows))
+    step = compose_step(inp)["step_time_s"]
+    peak, host = _state_peaks(inp, values["zero"])
+    if (states == n_t).all():  # every group has T state options: none repeated
+        return tuple(_flat(v, shape) for v in (step, peak, host))
+    kept = np.arange(n_t)[None, :] < states[:, None]  # (G, T): a group's own state options
+    valid = np.broadcast_to(kept[:, :, None], (len(rows), n_t, n_o))
+    return tuple(_flat(v, shape, valid) for v in (step, peak, host))
+
+
+def _flat(value, shape: tuple, valid=None) -> np.ndarray:
+    """A (T, O, G) broadcast value's candidates in ``expand`` order (group, state, offload); with ``valid`` (G, T, O),
+    those it marks."""
+    ordered = np.broadcast_to(value, shape).transpose(2, 0, 1)
+    return ordered.reshape(-1) if valid is None else ordered[valid]
 
 
 def _state_peaks(inp, zero: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """stage_peaks of candidates whose state options (axis 1) have the ZeRO stages ``zero``: memory reads
+    """stage_peaks of candidates whose state options (axis 0) have the ZeRO stages ``zero``: memory reads
     the ZeRO stage of a state option, not its DP-overlap switches, so it is evaluated once per distinct
     stage (at most 4 against up to 11 state options) and each state option takes its stage's."""
     # the distinct stages in increasing order, counted (np.unique imports numpy.ma, ~7 ms, and sorts)
     stages = np.flatnonzero(np.bincount(zero.ravel())).astype(zero.dtype)
-    knobs = replace(inp.knobs, zero=stages[None, :, None], **_NO_OVERLAP)
+    knobs = replace(inp.knobs, zero=stages[:, None, None], **_NO_OVERLAP)
     peaks = stage_peaks(replace(inp, knobs=knobs))
-    at = np.searchsorted(stages, zero)  # (G, T, 1): each state option's stage among ``stages``
-    width = (len(at), len(stages), max(np.shape(v)[-1] for v in peaks))
-    return tuple(np.take_along_axis(np.broadcast_to(v, width), at, axis=1) for v in peaks)
+    at = np.searchsorted(stages, zero)  # (T, 1, G): each state option's stage among ``stages``
+    width = (len(stages), max(np.shape(v)[-2] for v in peaks), at.shape[-1])
+    return tuple(np.take_along_axis(np.broadcast_to(v, width), at, axis=0) for v in peaks)
 
 
 # the DP-overlap switches, which the memory terms do not read (step.stage_memory)
