@@ -294,21 +294,34 @@ def _used_span_cost_facts(
     return BlockCostFacts(compute, comm, graph.weight_params, largest, tensors, small)
 
 
+def kind_small_width(model: ModelSpec, shape: LayerShape, name: str) -> int:
+    """How many small weight tensors ``kind_statics`` lists (its fourth entry) at this shape, from the kind's
+    weight tensors alone (``_weight_stats``: no op costed): the width a row table pads its lists to
+    (search.table.RowTable) needs every layer shape's count, its costs only the shapes it evaluates."""
+    return len(_weight_stats(model, name, _statics_shape(model, kind_shape(model, shape, name)))[2])
+
+
+def _statics_shape(model: ModelSpec, shape: LayerShape) -> LayerShape:
+    """The shape a block's statics are worked out at: its ops', which neither the dispatcher nor the a2a-overlap
+    switch changes (graph.moe.ops_expert_knobs)."""
+    if moe_shaped(model) and shape.expert != NO_EXPERT:
+        return with_expert(shape, ops_expert_knobs(shape.expert, True))
+    return shape
+
+
 def _graph_statics(model: ModelSpec, system: SystemSpec, name: str, shape: LayerShape):
     """(block_compute, and weight_tensor_stats's count, largest and small tensors) of a block: they read its ops
-    only, which neither the dispatcher nor the a2a-overlap switch changes (graph.moe.ops_expert_knobs): shared."""
-    if moe_shaped(model) and shape.expert != NO_EXPERT:
-        shape = with_expert(shape, ops_expert_knobs(shape.expert, True))
-    return _statics_of(model, system, name, shape)
+    only (``_statics_shape``): shared."""
+    return _statics_of(model, system, name, _statics_shape(model, shape))
 
 
 @lru_cache(maxsize=65536)
-def _statics_of(model: ModelSpec, system: SystemSpec, name: str, shape: LayerShape):
-    """_graph_statics of the block kind's graph for exactly this shape (graph.ops.weight_tensor_stats: one walk)."""
+def _weight_stats(model: ModelSpec, name: str, shape: LayerShape) -> tuple:
+    """graph.ops.weight_tensor_stats of the block kind's graph for exactly this shape (one walk)."""
     graph = BLOCK_KINDS[name].graph(
         model, shape
     )  # the builders are cached: the same graph as the caller's
-    tensors, largest, small = weight_tensor_stats(
+    return weight_tensor_stats(
         graph,
         model.has_bias,
         model.has_qkv_bias,
@@ -316,6 +329,13 @@ def _statics_of(model: ModelSpec, system: SystemSpec, name: str, shape: LayerSha
         model.learned_positions,
         model.hidden,
     )
+
+
+@lru_cache(maxsize=65536)
+def _statics_of(model: ModelSpec, system: SystemSpec, name: str, shape: LayerShape):
+    """_graph_statics of the block kind's graph for exactly this shape."""
+    graph = BLOCK_KINDS[name].graph(model, shape)
+    tensors, largest, small = _weight_stats(model, name, shape)
     bias = (model.has_bias, model.has_qkv_bias)
     return block_compute(graph, system, shape.dtype, bias), tensors, largest, small
 
