@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from paraplan.cost.elementwise import any_positive, any_true, maximum, where
+from paraplan.cost.elementwise import any_positive, any_true, maximum, where, where_all
 from paraplan.cost.runtimes import grad_accumulation_s
 
 # re-exported: the builders, the search and the tests read the composition's names here
@@ -84,7 +84,7 @@ def _argmax(values: list[Num], present: list[Num]) -> tuple[Num, Num]:
     """(max over present entries, index of the first entry that attains it)."""
     best, index = None, None
     for i, (v, p) in enumerate(zip(values, present)):
-        v = _masked(v, p)
+        v = where_all(p, v, -np.inf)
         if best is None:
             best, index = v, np.zeros(np.shape(v), dtype=np.int64) if np.ndim(v) else 0
         else:
@@ -94,20 +94,13 @@ def _argmax(values: list[Num], present: list[Num]) -> tuple[Num, Num]:
     return best, index
 
 
-def _masked(value: Num, present: Num) -> Num:
-    """where(present, value, -inf): ``value`` itself where every candidate has the entry (the same values)."""
-    if present is True or (present.__class__ is np.ndarray and present.all()):
-        return value
-    return where(present, value, -np.inf)
-
-
 def _at_max(values: list[Num], present: list[Num], rows: list[tuple]) -> tuple:
     """rows[i] of the first present entry i that attains the max of ``values``: what ``_pick`` gives of each of
     its columns at ``_argmax``'s index, every where on the way choosing among the same operands, taken while
     the max is sought (no index, no ``index == i`` per column)."""
     best, out = None, None
     for v, p, row in zip(values, present, rows):
-        v = _masked(v, p)
+        v = where_all(p, v, -np.inf)
         if best is None:
             best, out = v, row
             continue
