@@ -65,3 +65,18 @@ def test_arrays_go_to_numpy():
     np.testing.assert_array_equal(ew.ceil(a), np.ceil(a))
     assert ew.any_positive(a) and not ew.any_positive(np.zeros(3)) and ew.any_positive(2.0)
     assert ew.any_true(a > 0) and not ew.any_true(False)
+
+
+def test_where_all_is_x_itself_where_every_condition_holds():
+    x = np.array([[1.0, -0.0], [np.nan, 2.0]])
+    assert ew.where_all(np.array([True, True]), x, -np.inf) is x  # no copy, no broadcast
+    assert ew.where_all(True, 3.0, 0.0) == 3.0 and ew.where_all(False, 3.0, 0.0) == 0.0
+    got = ew.where_all(np.array([True, False]), x, -np.inf)  # else numpy's where
+    assert np.array_equal(got, [[1.0, -np.inf], [np.nan, -np.inf]], equal_nan=True)
+    # the same values as where's, as they broadcast against the condition's shape
+    cond = np.ones((2, 1, 2), dtype=bool)
+    assert np.array_equal(
+        np.broadcast_to(ew.where_all(cond, x, 0.0), (2, 2, 2)),
+        np.where(cond, x, 0.0),
+        equal_nan=True,
+    )

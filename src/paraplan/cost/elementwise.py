@@ -43,6 +43,14 @@ def where(condition: Num, x: Num, y: Num) -> Num:
     return x if condition else y
 
 
+def where_all(condition: Num, x: Num, y: Num) -> Num:
+    """where(condition, x, y), or ``x`` itself where every element of ``condition`` holds (no copy; its own shape,
+    which broadcasts to the same values): the search's stage entries are mostly present in every candidate."""
+    if condition is True or (condition.__class__ is _ARRAY and condition.all()):
+        return x
+    return where(condition, x, y)
+
+
 def ceil(x: Num) -> Num:
     """np.ceil(x); for a finite scalar ``float(math.ceil(x))``, -0.0 where numpy's is (x in (-1, 0])."""
     if x.__class__ is _ARRAY or not math.isfinite(x):

@@ -3,6 +3,7 @@ the step time and memory of groups of them on arrays."""
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import replace
 
 import numpy as np
@@ -75,6 +76,7 @@ class GridIndex:
         counts = {len(o) for _, _, o in self.parts}
         assert len(counts) <= 1, "the offload options are the same for every row"
         self.offload_count = max(1, *counts) if counts else 1
+        self.offload_axes = _product_axes(next((o for _, _, o in self.parts if o), []))
 
     def option(self, row: int, g: int) -> tuple:
         """The grid tuple (space.grid) of option ``g`` of ``row``."""
@@ -90,6 +92,17 @@ class GridIndex:
         counts = self.lengths[chunk] // self.group_size[chunk]
         row, position = expand(chunk, np.zeros(len(chunk), dtype=np.int64), counts)
         return row, position * self.group_size[row]
+
+
+def _product_axes(offloads: list[tuple]) -> tuple[int, ...]:
+    """The offload options as axes: one per switch that varies, its values' count, where the options are every
+    combination of the switches' values in itertools.product's order (space.grid_parts: SearchProblem.offload_options);
+    else one axis of every option."""
+    values = [list(dict.fromkeys(v)) for v in zip(*offloads)]
+    if offloads and list(itertools.product(*values)) == [tuple(o) for o in offloads]:
+        axes = tuple(len(v) for v in values if len(v) > 1)
+        return axes or (1,)
+    return (max(1, len(offloads)),)
 
 
 def _ranked(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -114,45 +127,71 @@ def evaluate_groups(table: RowTable, options: GridIndex, rows: np.ndarray, start
 
     A group's options are the product of its state options (ZeRO, DP overlaps) and the offload
     options (space.grid_parts, offload innermost), so the groups are evaluated as one
-    (groups × states × offloads) broadcast: the row facts and the schedule option are (G, 1, 1)
-    arrays, the state options (G, T, 1) (a group with fewer than T repeats its last one; the
-    repeats are dropped), the offload options (G, 1, O). Each term is computed on the axes it
-    reads — the per-stage sums once per group, the data-parallel tail once per state option, the
-    streaming once per offload option — and only what combines both on (G, T, O). Every function
+    (states × offloads × groups) broadcast: the row facts and the schedule option are (1, 1, G)
+    arrays, the state options (T, 1, G) (a group with fewer than T repeats its last one; the
+    repeats are dropped), the offload options (1, O, G), O itself one axis per switch where the options are
+    every combination of the switches (GridIndex.offload_axes: (1, 2, 2, 2, G) for weights × activations ×
+    optimizer, each switch's array on its own axis). Each term is computed on the axes it reads — the
+    per-stage sums once per group, the data-parallel tail once per state option, the streaming once per
+    offload option, the optimizer's offload once per its switch — and only what combines them on every axis.
+    The groups are the last (contiguous) axis: an operation that broadcasts a (T, 1, G) array against a
+    (1, O, G) one runs numpy's inner loop over the G groups, not over the few offload options. Every function
     on the way is elementwise: each candidate's value is the one ``estimate`` computes, bit for bit."""
-    n_o = options.offload_count
+    n_o, axes = options.offload_count, options.offload_axes
     states = options.group_size[rows] // n_o
-    n_t = int(states.max())
+    n_t, n_g, inner = int(states.max()), len(rows), (1,) * len(axes)
     first = options.offset[rows] + starts  # option (state 0, offload 0) of each group
-    state_at = first[:, None] + np.minimum(np.arange(n_t)[None, :], states[:, None] - 1) * n_o
-    offload_at = first[:, None] + np.arange(n_o)[None, :]
+    state_at = first[None, :] + np.minimum(np.arange(n_t)[:, None], states[None, :] - 1) * n_o
+    offload_at = first[None, :] + np.arange(n_o)[:, None]
     values = {}
     for f, v in options.table.items():
         if f in SCHEDULE_FIELDS:
-            values[f] = v[first][:, None, None]
+            values[f] = v[first].reshape((1, *inner, n_g))
         elif f in STATE_FIELDS:
-            values[f] = v[state_at][:, :, None]
+            values[f] = v[state_at].reshape((n_t, *inner, n_g))
         else:
-            values[f] = v[offload_at][:, None, :]
-    inp = table.inputs(rows[:, None, None], values)
-    shape = (len(rows), n_t, n_o)
-    valid = np.broadcast_to((np.arange(n_t)[None, :] < states[:, None])[:, :, None], shape)
-    step = np.broadcast_to(compose_step(inp)["step_time_s"], shape)[valid]
-    peak, host = (np.broadcast_to(v, shape)[valid] for v in _state_peaks(inp, values["zero"]))
-    return step, peak, host
+            values[f] = _constant_axes_dropped(v[offload_at].reshape((1, *axes, n_g)))
+    inp = table.inputs(rows.reshape((1, *inner, n_g)), values)
+    shape = (n_t, *axes, n_g)
+    step = compose_step(inp)["step_time_s"]
+    peak, host = _state_peaks(inp, values["zero"])
+    if (states == n_t).all():  # every group has T state options: none repeated
+        return tuple(_flat(v, shape) for v in (step, peak, host))
+    kept = np.arange(n_t)[None, :] < states[:, None]  # (G, T): a group's own state options
+    valid = np.broadcast_to(kept.reshape((n_g, n_t, *inner)), (n_g, n_t, *axes))
+    return tuple(_flat(v, shape, valid) for v in (step, peak, host))
+
+
+def _constant_axes_dropped(value: np.ndarray) -> np.ndarray:
+    """``value`` with every axis but the last along which it does not change cut to length 1: the same values
+    as they broadcast, each switch's array on the axes it varies on."""
+    for axis in range(value.ndim - 1):
+        if value.shape[axis] > 1:
+            head = value[(slice(None),) * axis + (slice(0, 1),)]
+            if (value == head).all():
+                value = head
+    return value
+
+
+def _flat(value, shape: tuple, valid=None) -> np.ndarray:
+    """A (T, *offload axes, G) broadcast value's candidates in ``expand`` order (group, state, offload); with
+    ``valid`` (G, T, *offload axes), those it marks."""
+    ordered = np.moveaxis(np.broadcast_to(value, shape), -1, 0)
+    return ordered.reshape(-1) if valid is None else ordered[valid]
 
 
 def _state_peaks(inp, zero: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """stage_peaks of candidates whose state options (axis 1) have the ZeRO stages ``zero``: memory reads
+    """stage_peaks of candidates whose state options (axis 0) have the ZeRO stages ``zero``: memory reads
     the ZeRO stage of a state option, not its DP-overlap switches, so it is evaluated once per distinct
     stage (at most 4 against up to 11 state options) and each state option takes its stage's."""
     # the distinct stages in increasing order, counted (np.unique imports numpy.ma, ~7 ms, and sorts)
     stages = np.flatnonzero(np.bincount(zero.ravel())).astype(zero.dtype)
-    knobs = replace(inp.knobs, zero=stages[None, :, None], **_NO_OVERLAP)
+    inner = (1,) * (zero.ndim - 1)
+    knobs = replace(inp.knobs, zero=stages.reshape((-1, *inner)), **_NO_OVERLAP)
     peaks = stage_peaks(replace(inp, knobs=knobs))
-    at = np.searchsorted(stages, zero)  # (G, T, 1): each state option's stage among ``stages``
-    width = (len(at), len(stages), max(np.shape(v)[-1] for v in peaks))
-    return tuple(np.take_along_axis(np.broadcast_to(v, width), at, axis=1) for v in peaks)
+    at = np.searchsorted(stages, zero)  # (T, 1, .., G): each state option's stage among ``stages``
+    width = np.broadcast_shapes((len(stages), *inner[:-1], at.shape[-1]), *map(np.shape, peaks))
+    return tuple(np.take_along_axis(np.broadcast_to(v, width), at, axis=0) for v in peaks)
 
 
 # the DP-overlap switches, which the memory terms do not read (step.stage_memory)

@@ -43,6 +43,7 @@ from paraplan.step.build import (
     kind_blocks,
     kind_compute_floor,
     kind_cost_facts,
+    kind_small_width,
     kind_statics,
     kind_terms,
     model_block_kinds,
@@ -202,17 +203,29 @@ class RowTable:
         return out
 
     def _all_statics(self) -> dict[str, list]:
-        """Per block kind, step.build.kind_statics at every cost id (op times and weight-tensor facts: no
-        collective costed), worked out once per layer shape."""
+        """Per kind of decoder layer, step.build.kind_statics at every cost id (op times and weight-tensor facts: no
+        collective costed), worked out once per layer shape (``work_floors``)."""
         if self._statics is None:
             model, system = self.problem.model, self.problem.system
             shapes = [inputs[0] for inputs in self.costings.costs]
             distinct = list(dict.fromkeys(shapes))
             self._statics = {}
-            for kind in self.kinds:
+            for kind in self.layer_kinds:
                 of = {shape: kind_statics(model, system, shape, kind) for shape in distinct}
                 self._statics[kind] = [of[shape] for shape in shapes]
         return self._statics
+
+    def _small_widths(self) -> dict[str, int]:
+        """Per block kind, the longest small-tensor list of kind_statics over every cost id (step.build.kind_small_width:
+        the kind's weight tensors only, no op costed), worked out once per layer shape when first read."""
+        if self._widths is None:
+            model = self.problem.model
+            distinct = list(dict.fromkeys(inputs[0] for inputs in self.costings.costs))
+            self._widths = {
+                kind: max(kind_small_width(model, shape, kind) for shape in distinct)
+                for kind in self.kinds
+            }
+        return self._widths
 
     def _cost_units(self, units: np.ndarray) -> None:
         """Cost every block kind of the units ``units`` not costed yet into ``blocks``: the BlockCost
@@ -225,12 +238,7 @@ class RowTable:
         cid, ids = np.unique(c["cost_id"][rows], return_inverse=True)
         mid, mids = np.unique(c["memory_id"][rows], return_inverse=True)
         memories = self.costings.entries("memory", mid.tolist())
-        if self._widths is None:  # once: the statics of every cost id are fixed when first read
-            self._widths = {
-                kind: max(len(s[3]) for s in statics)
-                for kind, statics in self._all_statics().items()
-            }
-        widths = self._widths
+        widths = self._small_widths()
         facts = {}
         for kind in self.kinds:
             costs = [_padded(f, widths[kind]) for f in self._kind_cost(kind, cid.tolist())]

@@ -32,9 +32,9 @@ from paraplan.cost.comm import (
 from paraplan.cost.elementwise import logical_and, where
 from paraplan.cost.moe import expert_dp_span, moe_collective_time_and_price_s
 from paraplan.cost.summa import with_summa_exposure
-from paraplan.graph.moe import NO_EXPERT, moe_shaped, ops_expert_knobs, without_a2a_overlap
-from paraplan.graph.ops import collective_groups, weight_tensor_stats
-from paraplan.graph.transformer import LayerShape, with_expert
+from paraplan.graph.moe import moe_shaped
+from paraplan.graph.ops import collective_groups
+from paraplan.graph.transformer import LayerShape
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.parallel import GRADIENT_GROUPS
 from paraplan.specs.system import SystemSpec
@@ -57,6 +57,14 @@ from paraplan.step.blocks import (  # noqa: F401 (re-exported: the estimator, th
     model_block_kinds,
     model_gradient_groups,
     p2p_bytes,
+)
+from paraplan.step.block_statics import (  # noqa: F401 (re-exported: the search reads them here)
+    _graph_statics,
+    _statics_of,
+    _weight_stats,
+    kind_shape,
+    kind_small_width,
+    kind_statics,
 )
 from paraplan.step.p2p import PipelineLinks, pipeline_links
 from paraplan.specs.recompute import RECOMPUTE_CODES
@@ -228,24 +236,6 @@ def kind_cost_facts(
     return facts
 
 
-def kind_shape(model: ModelSpec, shape: LayerShape, name: str) -> LayerShape:
-    """The layer shape a block kind is costed at (``kind_cost_facts``): without expert knobs for an expert-free
-    kind of an MoE-shaped model, without a2a overlap for its other kinds; ``shape`` for a dense model."""
-    if not moe_shaped(model):
-        return shape
-    if BLOCK_KINDS[name].expert_free:
-        return with_expert(shape, NO_EXPERT)
-    if shape.expert.a2a_overlap:
-        return with_expert(shape, without_a2a_overlap(shape.expert))
-    return shape
-
-
-def kind_statics(model: ModelSpec, system: SystemSpec, shape: LayerShape, name: str):
-    """(compute, weight tensors, largest weight params, small weight numels) of ``kind_cost_facts``: what the
-    kind's ops fix whatever the spans (``_graph_statics``), without costing a collective."""
-    return _graph_statics(model, system, name, kind_shape(model, shape, name))
-
-
 def _kind_cost_facts(
     model: ModelSpec,
     system: SystemSpec,
@@ -292,32 +282,6 @@ def _used_span_cost_facts(
     elif dtensor_tp(system) and used & _TP_GROUPS:  # PyTorch AsyncTP's collective matmuls
         comm = with_async_tp_exposure(comm, graph, system, shape.dtype, tp_span)
     return BlockCostFacts(compute, comm, graph.weight_params, largest, tensors, small)
-
-
-def _graph_statics(model: ModelSpec, system: SystemSpec, name: str, shape: LayerShape):
-    """(block_compute, and weight_tensor_stats's count, largest and small tensors) of a block: they read its ops
-    only, which neither the dispatcher nor the a2a-overlap switch changes (graph.moe.ops_expert_knobs): shared."""
-    if moe_shaped(model) and shape.expert != NO_EXPERT:
-        shape = with_expert(shape, ops_expert_knobs(shape.expert, True))
-    return _statics_of(model, system, name, shape)
-
-
-@lru_cache(maxsize=65536)
-def _statics_of(model: ModelSpec, system: SystemSpec, name: str, shape: LayerShape):
-    """_graph_statics of the block kind's graph for exactly this shape (graph.ops.weight_tensor_stats: one walk)."""
-    graph = BLOCK_KINDS[name].graph(
-        model, shape
-    )  # the builders are cached: the same graph as the caller's
-    tensors, largest, small = weight_tensor_stats(
-        graph,
-        model.has_bias,
-        model.has_qkv_bias,
-        model.norm == "layernorm",
-        model.learned_positions,
-        model.hidden,
-    )
-    bias = (model.has_bias, model.has_qkv_bias)
-    return block_compute(graph, system, shape.dtype, bias), tensors, largest, small
 
 
 @lru_cache(maxsize=16384)
@@ -487,6 +451,7 @@ COLD_CACHES = (
     block_cost_facts,
     _used_span_cost_facts,
     _statics_of,
+    _weight_stats,
     _op_times,
     block_memory_facts,
     gradient_group,

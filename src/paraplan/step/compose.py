@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from paraplan.cost.elementwise import any_positive, any_true, maximum, where
+from paraplan.cost.elementwise import any_positive, any_true, maximum, where, where_all
 from paraplan.cost.runtimes import grad_accumulation_s
 
 # re-exported: the builders, the search and the tests read the composition's names here
@@ -84,7 +84,7 @@ def _argmax(values: list[Num], present: list[Num]) -> tuple[Num, Num]:
     """(max over present entries, index of the first entry that attains it)."""
     best, index = None, None
     for i, (v, p) in enumerate(zip(values, present)):
-        v = where(p, v, -np.inf)
+        v = where_all(p, v, -np.inf)
         if best is None:
             best, index = v, np.zeros(np.shape(v), dtype=np.int64) if np.ndim(v) else 0
         else:
@@ -92,6 +92,22 @@ def _argmax(values: list[Num], present: list[Num]) -> tuple[Num, Num]:
             best = where(better, v, best)
             index = where(better, i, index)
     return best, index
+
+
+def _at_max(values: list[Num], present: list[Num], rows: list[tuple]) -> tuple:
+    """rows[i] of the first present entry i that attains the max of ``values``: what ``_pick`` gives of each of
+    its columns at ``_argmax``'s index, every where on the way choosing among the same operands, taken while
+    the max is sought (no index, no ``index == i`` per column)."""
+    best, out = None, None
+    for v, p, row in zip(values, present, rows):
+        v = where_all(p, v, -np.inf)
+        if best is None:
+            best, out = v, row
+            continue
+        better = v > best
+        best = where(better, v, best)
+        out = tuple(where(better, new, old) for new, old in zip(row, out))
+    return out
 
 
 def _pick(index: Num, values: list[Num]) -> Num:
@@ -293,13 +309,12 @@ def compose_parts(inp: StepInputs) -> tuple[dict[str, Num], list[dict[str, Num]]
     all-reduce)."""
     pipe = _pipeline(inp)
     tails, streamed, after = _tails(inp, pipe)
-    _, tail_stage = _argmax(after, pipe["present"])
-    dp_s = _pick(tail_stage, [t[0] for t in tails])
+    dp_s, optimizer_s, offload_s = _at_max(after, pipe["present"], tails)
     breakdown = _breakdown(
         pipe,
-        optimizer_s=_pick(tail_stage, [t[1] for t in tails]),
+        optimizer_s=optimizer_s,
         dp_s=dp_s + inp.tied_sync_s,
-        offload_s=_pick(tail_stage, [t[2] for t in tails]) + maximum(0.0, streamed - dp_s),
+        offload_s=offload_s + maximum(0.0, streamed - dp_s),
     )
     return breakdown, pipe["works"], after
 

@@ -61,8 +61,15 @@ def pipeline_links(
     forward activation out, the gradient of the same size in) on the link, S/B + α (send_recv), times the
     runtime's transfers per exchange (specs.runtime: 2 where send and receive are separate blocking calls,
     DeepSpeed's PipelineEngine, cost.runtimes.DEEPSPEED_PIPE_TRANSFERS_PER_EXCHANGE); the first and the
-    last stage are on different nodes when the pp group spans several."""
-    size = p2p_bytes(model, shape)
+    last stage are on different nodes when the pp group spans several. The shape enters through the bytes and
+    the tp degree only (``links_of``: the search's rows share one costing per (bytes, tp, span))."""
+    return links_of(model, system, p2p_bytes(model, shape), shape.tp, pp_span)
+
+
+def links_of(
+    model: ModelSpec, system: SystemSpec, size: float, tp: int, pp_span: GroupSpan
+) -> PipelineLinks:
+    """``pipeline_links`` of an exchange of ``size`` bytes at tensor-parallel degree ``tp``."""
     crossing = pp_span.domains > 1
     transfers = system.accelerator.efficiency.runtime.p2p_transfers_per_exchange
     return PipelineLinks(
@@ -71,7 +78,7 @@ def pipeline_links(
         pp_span.per_domain,
         pp_span.domains,
         linear_collective("all_reduce", TWO_NODES if crossing else ONE_NODE, system),
-        tied_embedding_elements(model, shape.tp),
+        tied_embedding_elements(model, tp),
     )
 
 

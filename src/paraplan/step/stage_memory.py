@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from paraplan.cost.elementwise import any_true, maximum, minimum, where
+from paraplan.cost.elementwise import any_true, maximum, minimum, where, where_all
 from paraplan.cost.memory import peak_residents
 from paraplan.step.inputs import (
     TRANSFORMER_KINDS,
@@ -262,8 +262,8 @@ def stage_peaks(inp: StepInputs) -> tuple[Num, Num]:
     peak = host = 0.0
     for s in inp.stages:
         terms = stage_memory_terms(inp, s, s.index)
-        peak = maximum(peak, where(s.count > 0, terms["peak_bytes"], 0.0))
-        host = maximum(host, where(s.count > 0, terms["host_bytes"], 0.0))
+        peak = maximum(peak, where_all(s.count > 0, terms["peak_bytes"], 0.0))
+        host = maximum(host, where_all(s.count > 0, terms["host_bytes"], 0.0))
     dual = inp.knobs.dualpipe
     if not any_true(dual):
         return peak, host
