@@ -56,6 +56,7 @@ def test_bundled_files_load():
         "mbridge-moe-more.json",
         "mbridge-2604.json",
         "mbridge-260201.json",
+        "mbridge-2608.json",
     } <= set(names)
     cases = load_cases()
     # 118 + the held-out FSDP-stack sets (20 llm-foundry, 23 torchtitan) + BLOOM-176B (1) + MaxText (1 + 4)
@@ -68,7 +69,8 @@ def test_bundled_files_load():
     # + Megatron-Bridge 25.11 / 26.02 MoE rows on DGX B200 / H100 / GB200 / GB300 (mbridge-moe-more, 14)
     # + Megatron-Bridge 26.04 rows whose model and GPU the catalog has (mbridge-2604.json, 13 dense + 18 MoE)
     # + Megatron-Bridge 26.02.01 MoE rows (mbridge-260201.json, 19)
-    assert len(cases) == 300 and len({(c.file, c.name) for c in cases}) == 300
+    # + Megatron-Bridge 26.08 MoE rows whose model and GPU the catalog has (mbridge-2608.json, 8)
+    assert len(cases) == 308 and len({(c.file, c.name) for c in cases}) == 308
 
 
 @pytest.mark.parametrize("suffix", [".json", ".yaml"])
