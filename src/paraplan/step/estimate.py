@@ -22,7 +22,7 @@ from paraplan.step.result import CommCost, Estimate, OpCost, StageMemory, TimeBr
 from paraplan.step.compose import SCHEDULE_FLAGS, StepInputs, compose_step
 from paraplan.step.constants import stack_shape_fields
 from paraplan.step.stage_memory import dualpipe_memory_terms, memory_at, stage_holdings
-from paraplan.step.placement import placed_stage_inputs, stages_tile
+from paraplan.step.placement import StageDims, placed_stage_inputs, plan_stages_tile
 from paraplan.specs.errors import InputError, Violation
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.parallel import ParallelDims
@@ -172,8 +172,11 @@ def step_inputs(
         split,
         system_terms(system, plan.dtype, plan),
     )
-    if not stages_tile(plan.dims, system.node.gpus_per_domain):  # stage by stage (step.placement)
-        inp = placed_stage_inputs(inp, split, facts.pipeline, system, plan.dims, plan.vpp)
+    if not plan_stages_tile(
+        plan.dims, system.node.gpus_per_domain
+    ):  # stage by stage (step.placement)
+        dims = StageDims(plan.tp, plan.cp, plan.dp, plan.pp)
+        inp = placed_stage_inputs(inp, split, facts.pipeline, system, dims)
     if (
         plan.recompute_num_layers is not None
     ):  # only some layers recomputed (schedule.partial_recompute)
@@ -206,7 +209,7 @@ def estimate(
         (entry, range(int(group.index), int(group.index) + int(group.count)))
         for group, entry in zip(split, inp.stages)
     ]
-    if not stages_tile(plan.dims, system.node.gpus_per_domain):
+    if not plan_stages_tile(plan.dims, system.node.gpus_per_domain):
         placed = [(entry, (int(entry.index),)) for entry in inp.stages]
     for entry, positions in placed:
         holdings = stage_holdings(inp, entry)  # the same at every position of the entry
