@@ -208,7 +208,7 @@ def test_deepspeed_engine_plans_price_the_batch_loads_as_the_uniform_path():
         if checked == 6:
             break
         name = rng.choice(MODELS[:6])
-        fields = draw_plan_fields(rng.choice, load_model(name).layers)
+        fields = draw_plan_fields(rng.choice, load_model(name))
         if (
             fields["pp"] == 1
             or fields.get("schedule") == "interleaved"
