@@ -121,6 +121,8 @@ class RowTable:
             None  # per kind, the BlockCost of every unit (allocate), filled as units are read
         )
         self._costed = np.zeros(len(self.first), dtype=bool)
+        self._tiles: np.ndarray | None = None  # per row: its stages tile the nodes (``_placed``)
+        self._all_tile = False
         self._statics: dict | None = None  # per kind, each cost id's step.build.kind_statics
         self._widths: dict | None = None  # per kind, the longest small-tensor list of its statics
 
@@ -195,15 +197,18 @@ class RowTable:
         """``inp`` with the candidates whose stages do not tile the nodes laid out stage by stage, as the
         estimator lays out such a plan (step.placement.placed_stage_inputs); ``inp`` itself when none."""
         c, system = self.columns, self.problem.system
-        dims = StageDims(*(c[name][index] for name in ("tp", "cp", "dp", "pp")))
-        default = np.array([name == DEFAULT_PLACEMENT_LABEL for name in self.placement_names])
-        tiles = stages_tile(
-            dims.tp * dims.cp * dims.dp,
-            system.node.gpus_per_domain,
-            default[c["placement"][index]],
-        )
+        if self._tiles is None:  # per row, once: most spaces (powers of two) tile throughout
+            default = np.array([name == DEFAULT_PLACEMENT_LABEL for name in self.placement_names])
+            self._tiles = stages_tile(
+                c["tp"] * c["cp"] * c["dp"], system.node.gpus_per_domain, default[c["placement"]]
+            )
+            self._all_tile = bool(self._tiles.all())
+        if self._all_tile:
+            return inp
+        tiles = self._tiles[index]
         if tiles.all():
             return inp
+        dims = StageDims(*(c[name][index] for name in ("tp", "cp", "dp", "pp")))
         return placed_stage_inputs(inp, split, links, system, dims, ~tiles)
 
     # ---- the blocks, costed per unit as they are read ------------------------------------------
