@@ -7,7 +7,10 @@ each pipeline rule, so they give the same step time, breakdown and memory per st
   step.p2p.uniform_group_p2p, a per-stage plan's one by one by step.stage_links.p2p_links);
 - the tied-embedding all-reduce between the first and the last stage (step.p2p.tied_embedding_sync_s);
 - the data-parallel gradient collectives (step.build.gradient_group), also when a stage's dp group
-  spans nodes.
+  spans nodes;
+- stages that do not tile the nodes (tp·dp GPUs per stage neither dividing nor a multiple of a node's):
+  the uniform path lays them out one by one on the one placement rule (step.placement, cost.comm.placed_span),
+  so a stage straddling a node boundary pays the network on both paths.
 """
 
 from __future__ import annotations
