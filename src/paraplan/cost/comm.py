@@ -107,7 +107,7 @@ def placed_span(first: int, members: int, stride: int, domain: int) -> GroupSpan
     """span_of_domains of the group of ranks first + k·stride (k < ``members``) on D-GPU domains (rank r
     on domain ⌊r/D⌋): a uniform plan's stage s of S GPUs holds ranks [s·S, (s+1)·S) and its data-parallel
     group is its tp-rank-0 ranks s·S + k·tp (Megatron-Core parallel_state.RankGenerator, order
-    "tp-cp-ep-dp-pp", tp fastest: NVIDIA/Megatron-LM core_r0.8.0 megatron/core/parallel_state.py
+    "tp-cp-ep-dp-pp", tp fastest: NVIDIA/Megatron-LM at 00caa53a megatron/core/parallel_state.py
     generate_masked_orthogonal_rank_groups), so a stage that straddles a node boundary spans two."""
     counts: dict[int, int] = {}
     for k in range(members):

@@ -1,8 +1,9 @@
 """Where a uniform plan's stages sit when they do not tile the nodes, stage by stage (issue 31).
 
 Megatron-Core places ranks tp fastest, then cp, (ep,) dp, pp slowest (parallel_state.RankGenerator, order
-"tp-cp-ep-dp-pp", NVIDIA/Megatron-LM core_r0.8.0 megatron/core/parallel_state.py), so stage s of a plan of
-S = tp·cp·dp GPUs per stage holds ranks [s·S, (s+1)·S) and rank r sits on node ⌊r/D⌋ of D GPUs. When S divides
+"tp-cp-ep-dp-pp", NVIDIA/Megatron-LM at 00caa53a megatron/core/parallel_state.py), so stage s of a plan of
+S = tp·cp·dp GPUs per stage holds ranks [s·S, (s+1)·S) and rank r sits on node ⌊r/D⌋ of D GPUs (its
+initialize_model_parallel: "the caller should make sure adjacent ranks are on the same DGX box"). When S divides
 D or D divides S (the stages tile the nodes) every stage sits alike up to which of its links cross a node, and
 step.layout.build_step_inputs prices the split's groups of stages at once (step.p2p.uniform_group_p2p, the
 rank-0 spans of cost.comm.group_span). Otherwise (e.g. S = 3 on 8-GPU nodes: stage 2 holds ranks 6-8 on two
