@@ -10,7 +10,9 @@ rank-0 spans of cost.comm.group_span). Otherwise (e.g. S = 3 on 8-GPU nodes: sta
 nodes) stages differ: a stage's data-parallel group spans the nodes its ranks sit on (cost.comm.placed_span) and
 a boundary crosses nodes when some replica's two GPUs do (``boundary_crosses``). ``placed_stage_inputs`` then
 lays the stages out one by one, each with its own links and gradient group, as the per-stage path
-(step.per_stage on step.stage_links) prices the same plan, and the step waits for the slowest stage.
+(step.per_stage on step.stage_links) prices the same plan, and the step waits for the slowest stage. The tp and
+cp groups and the expert gradient group (carved out of a stage's ranks, cost.moe.expert_dp_span) keep rank 0's
+spans: a per-stage plan has no cp or ep to compare with, and a tp group that divides the node never straddles.
 """
 
 from __future__ import annotations
