@@ -9,7 +9,7 @@ overlap switches) and every datatype of bf16 / fp8 / fp32 the system has a peak 
 
 Plans are drawn with a fixed seed per (profile, datatype): a dense model the per-stage path takes (decoders
 with GeLU or SwiGLU, LayerNorm or RMSNorm, learned or rotary positions, tied or untied embeddings; BERT and
-ViT encoders), a plan of tests/unit/test_one_path.draw_plan_fields (pp ≤ 8, tp ≤ 4, dp ≤ 8, ZeRO 0-3, every
+ViT encoders), a plan of tests/unit/test_one_path.draw_plan_fields (pp ≤ 8, tp ≤ 8, dp ≤ 8 on ≤ 32 GPUs, ZeRO 0-3, every
 recompute mode, 1F1B / GPipe / interleaved, sequence parallelism) on a system with a peak for the datatype,
 under a profile whose stack runs a recomputation mode of its own (specs.recompute.MODES: torchtitan's op_sac,
 MaxText's save_dots) that mode half the time, and now and then an overlap switch the plan states against
@@ -75,7 +75,7 @@ def dtype_systems(dtype: str) -> list[str]:
 def draw_plan(rng: random.Random, dtype: str, framework: str) -> tuple[str, str, dict]:
     """(model, system, plan fields) of one uniform plan (module docstring); the profile fills the rest."""
     name = rng.choice(MODELS)
-    fields = draw_plan_fields(rng.choice, load_model(name).layers) | {"dtype": dtype}
+    fields = draw_plan_fields(rng.choice, load_model(name)) | {"dtype": dtype}
     own = [MODES[n] for n in offered_modes(framework_stack(framework)) if MODES[n].stacks]
     if own and rng.random() < 0.5:  # the stack's own recomputation mode (the search varies it too)
         mode = rng.choice(own)
@@ -208,7 +208,7 @@ def test_deepspeed_engine_plans_price_the_batch_loads_as_the_uniform_path():
         if checked == 6:
             break
         name = rng.choice(MODELS[:6])
-        fields = draw_plan_fields(rng.choice, load_model(name).layers)
+        fields = draw_plan_fields(rng.choice, load_model(name))
         if (
             fields["pp"] == 1
             or fields.get("schedule") == "interleaved"

@@ -7,7 +7,10 @@ each pipeline rule, so they give the same step time, breakdown and memory per st
   step.p2p.uniform_group_p2p, a per-stage plan's one by one by step.stage_links.p2p_links);
 - the tied-embedding all-reduce between the first and the last stage (step.p2p.tied_embedding_sync_s);
 - the data-parallel gradient collectives (step.build.gradient_group), also when a stage's dp group
-  spans nodes.
+  spans nodes;
+- stages that do not tile the nodes (tp·dp GPUs per stage neither dividing nor a multiple of a node's):
+  the uniform path lays them out one by one on the one placement rule (step.placement, cost.comm.placed_span),
+  so a stage straddling a node boundary pays the network on both paths.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from paraplan.catalog import load_framework, load_model, load_system
 from paraplan.cost.frameworks import apply_framework
 from paraplan.specs.cluster import uniform_cluster
 from paraplan.specs.plan import PlanSpec
+from paraplan.specs.rules import tp_rules
 from paraplan.specs.uniform_stages import uniform_stage_plan
 from paraplan.step.estimate import estimate
 from paraplan.step.p2p import PipelineLinks, exchanges, uniform_group_p2p
@@ -29,6 +33,7 @@ from paraplan.step.per_stage import estimate_stage_plan
 from paraplan.step.result import StageMemory, TimeBreakdown
 
 REL = 1e-9
+MAX_GPUS = 32  # four 8-GPU nodes
 SYSTEM = "dgx-h100-80gb"
 DENSE_DECODERS = ("gpt3-125m", "gpt3-350m", "gpt3-1.3b", "gpt3-2.7b", "llama2-7b", "llama3-8b")
 MEMORY_FIELDS = tuple(
@@ -65,16 +70,18 @@ def assert_same(uniform, per_stage) -> None:
             )
 
 
-def draw_plan_fields(pick, layers: int) -> dict:
-    """A uniform plan of a model of ``layers`` layers, each knob chosen by ``pick`` (options -> one of them:
-    a hypothesis draw, or a seeded random.choice): pp ≤ 8, tp ≤ 4, dp ≤ 8 on tp·pp·dp GPUs of 8-GPU nodes
-    (so stages share a node, fill one, or span several, and so may a stage's dp group), 1F1B, GPipe or
-    interleaved with vpp ≤ 4 (micro-batches a multiple of pp, specs.rules.interleave_batch_rule), ZeRO 0-3,
-    every recompute mode, sequence parallelism. Stages tile the nodes (tp·dp a power of two): a uniform plan's
-    groups are priced on their span in the placement (cost.comm.group_span), exact when they tile them
-    (step.p2p.uniform_group_p2p)."""
-    pp = pick([p for p in (1, 2, 3, 4, 6, 8) if p <= layers])
-    tp, dp, micro_batch = pick((1, 2, 4)), pick((1, 2, 4, 8)), pick((1, 2))
+def draw_plan_fields(pick, model) -> dict:
+    """A uniform plan of ``model``, each knob chosen by ``pick`` (options -> one of them: a hypothesis draw,
+    or a seeded random.choice): pp 1-8 (≤ its layers), tp in (1, 2, 4, 8) (the ones the model's heads
+    allow, specs.rules.tp_rules), dp 1-8, on tp·pp·dp ≤ 32 GPUs of 8-GPU nodes (so stages share a node, fill
+    one, span several or straddle a node boundary, and so may a stage's dp group: a stage of S = tp·dp GPUs
+    tiles the nodes when S | 8 or 8 | S, else (dp 3, 5, 6, 7) the uniform path prices it stage by stage,
+    step.placement), 1F1B, GPipe or interleaved with vpp ≤ 4 (micro-batches a multiple of pp,
+    specs.rules.interleave_batch_rule), ZeRO 0-3, every recompute mode, sequence parallelism."""
+    pp = pick([p for p in range(1, 9) if p <= model.layers])
+    tp = pick([t for t in (1, 2, 4, 8) if t * pp <= MAX_GPUS and not tp_rules(model, t)])
+    dp = pick([d for d in range(1, 9) if tp * pp * d <= MAX_GPUS])
+    micro_batch = pick((1, 2))
     schedule = pick(("1f1b", "gpipe", "interleaved") if pp > 1 else ("1f1b",))
     vpp = pick((2, 3, 4)) if schedule == "interleaved" else 1
     microbatches = pp * pick((1, 2)) if vpp > 1 else pick((1, 4, 8))
@@ -97,9 +104,7 @@ def draw_plan_fields(pick, layers: int) -> dict:
 def dense_plans(draw):
     """A dense decoder and a uniform plan of it (``draw_plan_fields``)."""
     name = draw(st.sampled_from(DENSE_DECODERS))
-    return name, draw_plan_fields(
-        lambda options: draw(st.sampled_from(options)), load_model(name).layers
-    )
+    return name, draw_plan_fields(lambda options: draw(st.sampled_from(options)), load_model(name))
 
 
 @settings(max_examples=300, derandomize=True, deadline=None, database=None)

@@ -93,6 +93,29 @@ def _span_of(sizes: tuple[int, ...], strides: tuple[int, ...], domain: int) -> G
     return GroupSpan(size, per_domain, math.ceil(size / per_domain))
 
 
+def span_of_domains(members_per_domain) -> GroupSpan:
+    """A group's span from its members on each domain it touches: (members, the most members on one
+    domain, domains touched). The one rule for a group of known ranks or GPUs: a uniform plan's stage
+    (``placed_span``) and a per-stage plan's GPUs (step.stage_links.group_links). For a group that tiles
+    its domains (every domain holds a of its n members) it is (n, a, n/a), ``group_span``'s."""
+    counts = tuple(members_per_domain)
+    return GroupSpan(sum(counts), max(counts), len(counts))
+
+
+@lru_cache(maxsize=4096)
+def placed_span(first: int, members: int, stride: int, domain: int) -> GroupSpan:
+    """span_of_domains of the group of ranks first + k·stride (k < ``members``) on D-GPU domains (rank r
+    on domain ⌊r/D⌋): a uniform plan's stage s of S GPUs holds ranks [s·S, (s+1)·S) and its data-parallel
+    group is its tp-rank-0 ranks s·S + k·tp (Megatron-Core parallel_state.RankGenerator, order
+    "tp-cp-ep-dp-pp", tp fastest: NVIDIA/Megatron-LM at 00caa53a megatron/core/parallel_state.py
+    generate_masked_orthogonal_rank_groups), so a stage that straddles a node boundary spans two."""
+    counts: dict[int, int] = {}
+    for k in range(members):
+        node = (first + k * stride) // domain
+        counts[node] = counts.get(node, 0) + 1
+    return span_of_domains(counts.values())
+
+
 def _bandwidths(system: SystemSpec, peers: int = 1) -> tuple[float, float]:
     """(NVLink-tier, scale-out) achieved bytes/s of one GPU: inside the domain towards ``peers`` members
     of its group (specs.fabric NodeSpec.peer_bandwidth: all of B·η behind a switch, the links to those

@@ -29,9 +29,11 @@ from paraplan.search.options import ExpertOption
 from paraplan.search.row_enumeration import RowEnumeration
 from paraplan.search.shapes import expert_shape_of, layer_shape_of, shape_keys_of
 from paraplan.search.space import Row, SearchProblem
+from paraplan.specs.parallel import DEFAULT_PLACEMENT_LABEL
 from paraplan.specs.recompute import MODE_NAMES
 from paraplan.specs.split import accounted_units, default_first_last, grouped_split
 from paraplan.specs.tp_layout import TP_LAYOUTS
+from paraplan.step.placement import StageDims, placed_stage_inputs, stages_tile
 from paraplan.step.build import (
     BlockCostFacts,
     BlockFacts,
@@ -120,6 +122,8 @@ class RowTable:
             None  # per kind, the BlockCost of every unit (allocate), filled as units are read
         )
         self._costed = np.zeros(len(self.first), dtype=bool)
+        self._tiles: np.ndarray | None = None  # per row: its stages tile the nodes (``_placed``)
+        self._all_tile = False
         self._statics: dict | None = None  # per kind, each cost id's step.build.kind_statics
         self._widths: dict | None = None  # per kind, the longest small-tensor list of its statics
 
@@ -187,7 +191,26 @@ class RowTable:
         units = self.unit[index]
         self._cost_units(units)
         blocks = take(self.blocks, units)
-        return build_step_inputs(facts, blocks, knobs, split, self.constants)
+        inp = build_step_inputs(facts, blocks, knobs, split, self.constants)
+        return self._placed(inp, index, split, facts.pipeline)
+
+    def _placed(self, inp: StepInputs, index: np.ndarray, split, links) -> StepInputs:
+        """``inp`` with the candidates whose stages do not tile the nodes laid out stage by stage, as the
+        estimator lays out such a plan (step.placement.placed_stage_inputs); ``inp`` itself when none."""
+        c, system = self.columns, self.problem.system
+        if self._tiles is None:  # per row, once: most spaces (powers of two) tile throughout
+            default = np.array([name == DEFAULT_PLACEMENT_LABEL for name in self.placement_names])
+            self._tiles = stages_tile(
+                c["tp"] * c["cp"] * c["dp"], system.node.gpus_per_domain, default[c["placement"]]
+            )
+            self._all_tile = bool(self._tiles.all())
+        if self._all_tile:
+            return inp
+        tiles = self._tiles[index]
+        if tiles.all():
+            return inp
+        dims = StageDims(*(c[name][index] for name in ("tp", "cp", "dp", "pp")))
+        return placed_stage_inputs(inp, split, links, system, dims, ~tiles)
 
     # ---- the blocks, costed per unit as they are read ------------------------------------------
     def _kind_cost(self, kind: str, ids) -> list:

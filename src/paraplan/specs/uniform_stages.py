@@ -80,8 +80,9 @@ def unsupported_field_violations(plan: PlanSpec) -> list[Violation]:
                 Violation(
                     f"plan.{name}",
                     value,
-                    "encoder-decoder models are costed stage by stage "
-                    f"(the per-stage estimator, step.per_stage), whose per-stage plan has no such knob; allowed: {info.default!r}",
+                    f"a plan restated stage by stage (uniform_stage_plan, for the per-stage estimator "
+                    f"step.per_stage) carries no {name}: its per-stage plan (specs.stage_plan) has no such "
+                    f"field; allowed: {info.default!r}",
                 )
             )
     if plan.pipeline_schedule not in STAGE_SCHEDULES:
@@ -89,8 +90,9 @@ def unsupported_field_violations(plan: PlanSpec) -> list[Violation]:
             Violation(
                 "plan.schedule",
                 plan.pipeline_schedule,
-                "encoder-decoder models are costed stage by "
-                f"stage (the per-stage estimator, step.per_stage); allowed: {', '.join(STAGE_SCHEDULES)}",
+                f"a plan restated stage by stage (uniform_stage_plan) runs on the per-stage estimator "
+                f"(step.per_stage), whose schedules are its per-stage plan's schedule field "
+                f"(specs.stage_plan); allowed: {', '.join(STAGE_SCHEDULES)}",
             )
         )
     return out

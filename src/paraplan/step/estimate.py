@@ -22,6 +22,7 @@ from paraplan.step.result import CommCost, Estimate, OpCost, StageMemory, TimeBr
 from paraplan.step.compose import SCHEDULE_FLAGS, StepInputs, compose_step
 from paraplan.step.constants import stack_shape_fields
 from paraplan.step.stage_memory import dualpipe_memory_terms, memory_at, stage_holdings
+from paraplan.step.placement import StageDims, placed_stage_inputs, plan_stages_tile
 from paraplan.specs.errors import InputError, Violation
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.parallel import ParallelDims
@@ -163,13 +164,19 @@ def step_inputs(
     """StepInputs of one plan (all floats), one Stage entry per split group (specs/split.py; ``split``:
     the plan's, when the caller has it)."""
     facts, blocks = _plan_row(model, system, plan, plan.recompute)
+    split = plan.split(model.layers, model.mtp_layers) if split is None else split
     inp = build_step_inputs(
         facts,
         blocks,
         grid_knobs(plan),
-        plan.split(model.layers, model.mtp_layers) if split is None else split,
+        split,
         system_terms(system, plan.dtype, plan),
     )
+    if not plan_stages_tile(
+        plan.dims, system.node.gpus_per_domain
+    ):  # stage by stage (step.placement)
+        dims = StageDims(plan.tp, plan.cp, plan.dp, plan.pp)
+        inp = placed_stage_inputs(inp, split, facts.pipeline, system, dims)
     if (
         plan.recompute_num_layers is not None
     ):  # only some layers recomputed (schedule.partial_recompute)
@@ -198,9 +205,15 @@ def estimate(
         if plan.pipeline_schedule == "dualpipe"
         else None
     )
-    for group, entry in zip(split, inp.stages):
+    placed = [  # (entry, its positions): the split's groups, or one entry per position (step.placement)
+        (entry, range(int(group.index), int(group.index) + int(group.count)))
+        for group, entry in zip(split, inp.stages)
+    ]
+    if not plan_stages_tile(plan.dims, system.node.gpus_per_domain):
+        placed = [(entry, (int(entry.index),)) for entry in inp.stages]
+    for entry, positions in placed:
         holdings = stage_holdings(inp, entry)  # the same at every position of the entry
-        for index in range(int(group.index), int(group.index) + int(group.count)):
+        for index in positions:
             terms = (
                 memory_at(inp, holdings, index)
                 if paired is None

@@ -5,7 +5,9 @@ per-block gathers, the largest block's buffer, the transformer-layer memory) see
 
 - a uniform plan (``build_step_inputs``): the blocks of a split (specs/split.py) on grouped stages, one
   Stage entry standing for ``count`` identical stages, each holding (block cost, how many) per kind
-  (``with_stage_blocks``: the same stages holding other blocks, as partial recomputation splits them);
+  (``with_stage_blocks``: the same stages holding other blocks, as partial recomputation splits them); where
+  its stages do not tile the nodes, one entry per stage with its own links and gradient group
+  (``positioned_stages``, step/placement.py);
 - a per-stage plan (``range_stage`` for every block range [a, b) at once, as the search reads it, and
   ``stage_at`` for one range): one Stage per pipeline stage with its own StepInputs, holding one entry
   per distinct block of the model's block list (step.blocks.model_blocks: kind and widths) with its
@@ -20,7 +22,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from paraplan.cost.elementwise import any_positive, where
+from paraplan.cost.elementwise import any_positive, is_array, where
 from paraplan.graph.moe import moe_shaped
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.split import SplitGroup
@@ -28,6 +30,7 @@ from paraplan.step.compose import (
     BLOCK_TERM_NAMES,
     BlockCost,
     BlockTerms,
+    GradientGroup,
     GridKnobs,
     Stage,
     StepInputs,
@@ -154,6 +157,42 @@ def with_stage_blocks(
     """``inp`` with each stage holding ``blocks_of(stage)`` instead of its blocks, all else kept (how
     step.partial_recompute splits a stage's decoder layers into recomputed and kept ones)."""
     return replace(inp, stages=tuple(replace(s, blocks=blocks_of(s)) for s in inp.stages))
+
+
+def positioned_stages(
+    inp: StepInputs,
+    groups: tuple[SplitGroup, ...],
+    pp: Num,
+    p2p_at: Callable[[int], Num],
+    dense_at: Callable[[int], GradientGroup],
+    placed: Num = True,
+) -> StepInputs:
+    """``inp`` (build_step_inputs of the split ``groups``: its first len(groups) entries hold their blocks,
+    the same block per kind in each) where ``placed`` with one Stage entry per position instead (a uniform
+    plan whose stages do not tile the nodes, step.placement): the blocks of the group holding it, its
+    point-to-point seconds ``p2p_at(position)`` and its own inputs, whose dense gradient group is
+    ``dense_at(position)``. Elsewhere (arrays) the grouped entries stand and the positional ones are
+    absent (count 0)."""
+    base = replace(inp, stages=())
+    kept = (
+        [replace(e, count=where(placed, 0, e.count)) for e in inp.stages]
+        if is_array(placed)
+        else []
+    )
+    stages = []
+    for s in range(int(np.max(np.where(placed, pp, 1)))):
+        inside = [(g.index <= s) & (s < g.index + g.count) for g in groups]
+        blocks = tuple(
+            (block, sum(where(i, e.blocks[k][1], 0.0) for i, e in zip(inside, inp.stages)))
+            for k, (block, _) in enumerate(inp.stages[0].blocks)
+        )
+        groups_s = dict(inp.gradient_groups)
+        if "dense" in groups_s:
+            groups_s["dense"] = dense_at(s)
+        own = replace(base, gradient_groups=groups_s)
+        count = where(placed & (s < pp), 1.0, 0.0)
+        stages.append(Stage(s, count, blocks, p2p_at(s), inputs=own))
+    return replace(inp, stages=tuple(kept + stages))
 
 
 # ---- a per-stage plan: one stage per range of the block list ---------------------------------------

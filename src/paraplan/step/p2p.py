@@ -129,7 +129,8 @@ def uniform_group_p2p(
     (``domains`` > 1), and so does the wrapping one between the last and the first stage (an interleaved
     pipeline's): rank i's link to its previous rank crosses when i mod a = 0, to its next when
     (i + 1) mod a = 0 or i = pp − 1 (exact when the stages tile the nodes: s divides the node or the node
-    divides s; step.stage_links prices a per-stage plan's links one by one). With a ≥ 2 no middle rank
+    divides s; where they do not, step.placement lays the stages out one by one, and step.stage_links prices a
+    per-stage plan's links one by one). With a ≥ 2 no middle rank
     has both links across, so a group of middle ranks holds C ranks with one crossing link and the rest
     with none; a group holding an end rank is one stage (specs/split.py). Class 2 is empty but for such
     a group of several middle ranks."""

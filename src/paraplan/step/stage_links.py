@@ -12,7 +12,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from paraplan.cost.comm import GroupSpan, linear_collective
+from paraplan.cost.comm import GroupSpan, linear_collective, span_of_domains
 from paraplan.specs.cluster import ClusterSpec
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.plan import RuntimeFields
@@ -132,7 +132,7 @@ def group_links(
     nodes = node_counts(cluster, gpus)
     pools = sorted({p for p, _ in gpus})
     systems = [cluster.pool(p).system for p in pools]
-    span = GroupSpan(len(gpus), max(nodes.values()), len(nodes))
+    span = span_of_domains(nodes.values())
     inner = min(s.node.peer_bandwidth(span.per_domain - 1) for s in systems)
     inner_lat = max(s.node.nvlink_latency for s in systems)
     busiest = {p: max((active or nodes).get(n, 1) for n in nodes if n[0] == p) for p in pools}

@@ -1,0 +1,51 @@
+"""The fast search prices a plan whose stages do not tile the nodes stage by stage, as ``estimate`` does
+(step.placement, issue 31): its top K equals the exhaustive search's (every candidate through ``estimate``),
+also with the bound pruning between chunks of one candidate."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from paraplan.catalog import load_model, load_system
+from paraplan.search import row_scan
+from paraplan.search.exhaustive import exhaustive_search
+from paraplan.search.run import search
+from paraplan.search.space import SearchProblem
+
+
+@pytest.mark.parametrize(
+    "gpus, pp, tp",
+    [
+        (24, (4, 8), (1, 2)),  # stages of 6 and 3 GPUs on 8-GPU nodes: some straddle two nodes
+        (40, (2, 4, 5, 8), (1, 2)),  # stages of 20, 10, 8 (tiles), 5 GPUs
+    ],
+)
+@pytest.mark.parametrize("chunk", [None, 1])
+def test_fast_top_k_equals_exhaustive_on_straddling_stages(gpus, pp, tp, chunk, monkeypatch):
+    problem = SearchProblem(
+        model=load_model("gpt3-1.3b"),
+        system=load_system("dgx-h100-80gb"),
+        gpus=gpus,
+        global_batch=2 * gpus,
+        seq_length=2048,
+        micro_batch=(1,),
+        recompute=("none",),
+        tp=tp,
+        pp=pp,
+        vary_placement=False,
+        vary_offload=False,
+        vary_overlap=False,
+    )
+    reference = exhaustive_search(problem, top_k=10)
+    if chunk is not None:
+        monkeypatch.setattr(row_scan, "CHUNK_CANDIDATES", chunk)
+    fast = search(problem, top_k=10)
+    assert fast.candidates == reference.candidates
+    assert len(fast.plans) == len(reference.plans) == 10
+    for got, want in zip(fast.plans, reference.plans):
+        assert got.plan.model_dump() == want.plan.model_dump()
+        assert math.isclose(got.objective, want.objective, rel_tol=1e-9)
+        assert math.isclose(got.estimate.step_time_s, want.estimate.step_time_s, rel_tol=1e-9)
+    assert any(r.plan.tp * r.plan.dp % 8 and 8 % (r.plan.tp * r.plan.dp) for r in reference.plans)
