@@ -391,8 +391,28 @@ def test_mla_up_proj_recompute_drops_the_expanded_tensors():
     m = load_model("deepseek-v3")
     keep = attention_activation_bytes(m, SHAPE, (), True)
     drop = attention_activation_bytes(m, SHAPE, ("mla_up_proj",), True)
-    # Q (a·192), K (a·192), V (a·128) and the up-projection outputs q (a·192) and kv (a·256), 2 bytes each
-    assert keep - drop == 2 * 4096 * 128 * (192 + 192 + 128 + 192 + 256)
+    # Q (a·192), K (a·192), V (a·128), 2 bytes each; the up-projection outputs q and kv die in the
+    # forward (Megatron-Core multi_latent_attention.py@d7288711: rotary saves only cos/sin)
+    assert keep - drop == 2 * 4096 * 128 * (192 + 192 + 128)
+
+
+def test_mla_attention_activation_bytes_by_hand():
+    m = load_model("deepseek-v3")
+    t, tok = SHAPE.tp, SHAPE.local_tokens
+    sp, ab, gin = SHAPE.sp_tokens, SHAPE.act_bytes, SHAPE.gemm_input_bytes
+    h, a = 7168, 128
+    norm_and_gemm_in = ab * sp * h + gin * sp * h
+    latents = tok * (
+        ab * (1536 + 512 + 64) + gin * (1536 + 512)
+    )  # d_q, d_c, d_r latents; norm outputs
+    qkv = ab * tok * a * (192 + 192 + 128) / t  # query, key (d_n+d_r = 192), value (d_v = 128)
+    out_in = gin * tok * a * 128 / t
+    stats = 4.0 * tok * a / t  # fp32 log-sum-exp
+    base = norm_and_gemm_in + latents + out_in
+    assert attention_activation_bytes(m, SHAPE, (), False) == pytest.approx(base + qkv + stats)
+    assert attention_activation_bytes(m, SHAPE, ("mla_up_proj",), False) == pytest.approx(
+        base + stats
+    )
 
 
 def test_window_fraction():

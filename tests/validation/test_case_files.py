@@ -67,10 +67,10 @@ def test_bundled_files_load():
     # + MaxText on Google Cloud H200 / B200 (3) and Llama 2 7B on one A3 VM (1)
     # + Megatron-Bridge 26.02 NVFP4 rows on GB200 / GB300 (4)
     # + Megatron-Bridge 25.11 / 26.02 MoE rows on DGX B200 / H100 / GB200 / GB300 (mbridge-moe-more, 14)
-    # + Megatron-Bridge 26.04 rows whose model and GPU the catalog has (mbridge-2604.json, 13 dense + 18 MoE)
+    # + Megatron-Bridge 26.04 rows whose model and GPU the catalog has (mbridge-2604.json, 13 dense + 19 MoE)
     # + Megatron-Bridge 26.02.01 MoE rows (mbridge-260201.json, 19)
     # + Megatron-Bridge 26.08 MoE rows whose model and GPU the catalog has (mbridge-2608.json, 8)
-    assert len(cases) == 308 and len({(c.file, c.name) for c in cases}) == 308
+    assert len(cases) == 309 and len({(c.file, c.name) for c in cases}) == 309
 
 
 @pytest.mark.parametrize("suffix", [".json", ".yaml"])

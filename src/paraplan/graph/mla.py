@@ -223,12 +223,25 @@ def attention_activation_bytes(
 ) -> float:
     """Bytes the attention half keeps for backward (one micro-batch, one GPU), Korthikanti et al.
     2022 §4.1 generalised. Outside TP (SP-sharded): input-norm input (2 per h) and the projections'
-    input (a GEMM input: LayerShape.gemm_input_bytes, 1 in fp8 recipes); MLA adds the duplicated latents: query latent d_q and its norm output, the
-    key/value latent d_c+d_r and its norm output; inside TP: Q, K, V (MLA: the up-projection
-    outputs, and Q/K/V after rotary), the output-projection input, and flash's fp32 log-sum-exp
-    (4·a/t). ``mla_up_proj`` drops the up-projection outputs and Q/K/V (recomputed from the
-    latents; Megatron-LM --recompute-modules mla_up_proj); ``core_attn`` / ``selective`` drop the
-    flash statistics (the core re-runs from the kept Q/K/V); ``layernorm`` drops the norm input."""
+    input (a GEMM input: LayerShape.gemm_input_bytes, 1 in fp8 recipes); MLA adds the duplicated
+    latents: query latent d_q and its norm output, the key/value latent d_c+d_r and its norm output;
+    inside TP: Q, K, V as the core attention saves them, the output-projection input, and flash's
+    fp32 log-sum-exp (4·a/t). ``mla_up_proj`` drops Q/K/V (recomputed from the latents; Megatron-LM
+    --recompute-modules mla_up_proj); ``core_attn`` / ``selective`` drop the flash statistics (the
+    core re-runs from the kept Q/K/V); ``layernorm`` drops the norm input.
+
+    MLA keeps Q, K, V and not the up-projection outputs (Megatron-Core
+    megatron/core/transformer/multi_latent_attention.py@d7288711 (the Megatron-Bridge v0.4.0 pin),
+    ``qkv_up_proj_and_rope_apply``): the up-projection GEMMs save only their inputs (the latents);
+    the split views, ``torch.cat`` and ``.contiguous()`` save nothing; the unfused rotary
+    (models/common/embeddings/rope_utils.py ``_apply_rotary_pos_emb_bshd``, t·cos + rot(t)·sin
+    with cos/sin not requiring grad) and the fused one (fusions/fused_mla_yarn_rope_apply.py
+    ``ApplyMLARotaryEmbQ`` / ``ApplyMLARotaryEmbKV``, ``ctx.save_for_backward(cos, sin)``) save
+    only the s·d_r cos/sin tables; so the up-projection outputs q (a·(d_n+d_r)) and kv
+    (a·(d_n+d_v)) die after the forward and the contiguous query, key and value the core attention
+    saves are the only expanded tensors kept. With ``mla_up_proj`` (``CheckpointWithoutOutput``,
+    tensor_parallel/random.py@d7288711) those Q/K/V storages are resized to 0 after the core
+    attention and recomputed in backward."""
     h, a, t, ab, gin = model.hidden, model.heads, shape.tp, shape.act_bytes, shape.gemm_input_bytes
     tokens, sp = shape.local_tokens, shape.sp_tokens
     q_w, k_w, v_w = attention_widths(model)
@@ -242,8 +255,7 @@ def attention_activation_bytes(
         dq, dc, dr = model.q_lora_rank or 0, model.kv_lora_rank or 0, model.qk_rope_head_dim or 0
         # each latent (the norm's input, ab) and its norm output (the up-projection's GEMM input, gin); the rope key ab
         latents = tokens * (ab * (dq + dc + dr) + gin * (dq + dc))
-        up = ab * tokens * (q_w + a * ((model.qk_nope_head_dim or 0) + (model.v_head_dim or 0))) / t
         if "mla_up_proj" in modules:
-            up, core = 0.0, core - qkv
-        return replicated + latents + up + core + out_in
+            core -= qkv
+        return replicated + latents + core + out_in
     return replicated + core + out_in
