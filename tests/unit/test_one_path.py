@@ -56,7 +56,7 @@ def assert_same(uniform, per_stage) -> None:
     breakdown, memory per stage, FLOPs and peak; the plan is the uniform plan's per-stage form
     (specs.uniform_stages.uniform_stage_plan); only the per-stage path fills the per-stage fields."""
     assert type(uniform) is type(per_stage) is Estimate
-    model, system = load_model(uniform.model), load_system(uniform.system)
+    model = load_model(uniform.model)
     stage_plan = uniform_stage_plan(
         PlanSpec(**uniform.plan), model, per_stage.plan["stages"][0]["devices"][0]["pool"]
     )
