@@ -19,6 +19,7 @@ from paraplan.specs.plan_label import plan_text
 from paraplan.specs.stage_plan import stage_plan_from_dict
 from paraplan.step.per_stage import estimate_stage_plan
 from paraplan.step.result import Estimate
+from paraplan.step.stage_totals import stage_plan_fields
 
 MIXED = {
     "name": "mixed",
@@ -90,6 +91,14 @@ def test_stage_plan_label_by_hand():
         "pp2 m2 1f1b zero0: 4 v100 tp1 dp4 rc:none L3 | 4 t4 tp1 dp4 rc:full L1"
     )
     assert plan_text(_estimate().plan) == plan_text(stage_plan_from_dict(PLAN))
+
+
+def test_the_plan_record_states_each_stage_dp():
+    """A stage's dp left to be inferred (0) is recorded as the one it runs: 4 GPUs / tp 1 = 4."""
+    plan = stage_plan_from_dict(PLAN)
+    assert [s.dp for s in plan.stages] == [0, 0]
+    assert [s["dp"] for s in stage_plan_fields(plan)["stages"]] == [4, 4]
+    assert _estimate().plan == stage_plan_fields(plan)
 
 
 def test_problems_make_a_plan_not_fit():

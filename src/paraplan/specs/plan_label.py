@@ -86,9 +86,9 @@ def stage_plan_label(plan: StagePlanSpec) -> str:
 
 def plan_text(plan: PlanSpec | StagePlanSpec | dict) -> str:
     """plan_label of a PlanSpec or of a plan dict (validated as a PlanSpec); stage_plan_label of a
-    StagePlanSpec or of a dict with a ``stages`` list (a per-stage plan's dump)."""
+    StagePlanSpec or of a dict with a ``stages`` list or tuple (a per-stage plan's dump)."""
     if isinstance(plan, StagePlanSpec):
         return stage_plan_label(plan)
-    if isinstance(plan, dict) and isinstance(plan.get("stages"), list):
+    if isinstance(plan, dict) and isinstance(plan.get("stages"), (list, tuple)):
         return stage_plan_label(StagePlanSpec.model_validate(plan))
     return plan_label(plan if isinstance(plan, PlanSpec) else PlanSpec.model_validate(plan))

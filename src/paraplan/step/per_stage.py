@@ -73,7 +73,12 @@ from paraplan.step.stage_blocks import (
     pool_units,
     recomputable_names,
 )
-from paraplan.step.stage_totals import stage_plan_flops, stage_plan_system, stage_slices_peak_flops
+from paraplan.step.stage_totals import (
+    stage_plan_fields,
+    stage_plan_flops,
+    stage_plan_system,
+    stage_slices_peak_flops,
+)
 from paraplan.step.stage_links import (  # noqa: F401 (re-exported: the searches and the tests read them here)
     Common,
     StageSetting,
@@ -387,7 +392,7 @@ def estimate_stage_plan(
     return Estimate(
         model=model.name,
         system=stage_plan_system(cluster, slices),
-        plan=plan.model_dump(mode="json"),
+        plan=stage_plan_fields(plan),
         step_time_s=step,
         breakdown=breakdown,
         stages=tuple(c.memory for c in costs),

@@ -1,10 +1,11 @@
 """Plan-wide totals of a per-stage plan that step.result.Estimate holds as a uniform plan's: model and
-hardware FLOPs per step, the mean peak FLOP/s of its GPUs, and the name of the system it runs on
+hardware FLOPs per step, the mean peak FLOP/s of its GPUs, the name of the system it runs on and its fields
 (step.per_stage.estimate_stage_plan fills them, so MFU, HFU and the records read alike on both paths)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import lru_cache
 
 from paraplan.cost.flops import model_flops_per_step, recompute_flops_per_token
 from paraplan.graph.ops import recompute_modules_of
@@ -12,6 +13,16 @@ from paraplan.specs.cluster import ClusterSpec
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.recompute import modules_of
 from paraplan.specs.stage_plan import StagePlanSpec
+
+
+def stage_plan_fields(plan: StagePlanSpec) -> dict:
+    """The plan as Estimate.plan holds it: its fields (model_dump), each stage's dp stated as the one it
+    runs (StageSpec.data_parallel, where the plan left it to be inferred), so one plan has one record."""
+    fields = plan.model_dump()
+    fields["stages"] = tuple(
+        dict(d, dp=s.data_parallel) for d, s in zip(fields["stages"], plan.stages)
+    )
+    return fields
 
 
 def stage_recompute_modules(recompute: str, recompute_ops: tuple[str, ...]) -> tuple[str, ...]:
@@ -30,16 +41,23 @@ def stage_plan_flops(
     tokens · Σ_i (L_i / Σ_j L_j) · recompute_flops_per_token(mode_i, modules_i), L_i the transformer
     layers of stage i (the uniform path's model + share · tokens · recompute_flops_per_token, with one
     mode on every layer, step.estimate.estimate)."""
-    tokens = plan.global_batch * plan.seq_length
-    model_flops = model_flops_per_step(model, plan.seq_length, plan.global_batch)
+    ops = tuple(s.recompute_ops for s in plan.stages)
+    return _flops(model, plan.seq_length, plan.global_batch, tuple(layers), tuple(modes), ops)
+
+
+@lru_cache(maxsize=4096)
+def _flops(model, seq_length, global_batch, layers, modes, ops) -> tuple[float, float]:
+    """``stage_plan_flops`` of plain values, kept for the next plan of the same stages (the searches
+    price many)."""
+    model_flops = model_flops_per_step(model, seq_length, global_batch)
     total = sum(layers)
     recomputed = 0.0
-    for n, mode, stage in zip(layers, modes, plan.stages):
+    for n, mode, stage_ops in zip(layers, modes, ops):
         if n and total:
-            modules = stage_recompute_modules(mode, stage.recompute_ops)
-            per_token = recompute_flops_per_token(model, plan.seq_length, mode, modules)
+            modules = stage_recompute_modules(mode, stage_ops)
+            per_token = recompute_flops_per_token(model, seq_length, mode, modules)
             recomputed += n / total * per_token
-    return model_flops, model_flops + tokens * recomputed
+    return model_flops, model_flops + global_batch * seq_length * recomputed
 
 
 def stage_slices_peak_flops(
