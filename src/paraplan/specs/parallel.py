@@ -110,3 +110,15 @@ class ParallelDims:
     def edp(self) -> int:
         """Expert-data-parallel degree: tp·cp·dp / (ep·etp) (Megatron-Core parallel_state)."""
         return self.stage_gpus // (self.ep * self.etp)
+
+    def plan_fields(self) -> dict:
+        """The PlanSpec fields these set: the degrees and the placement label (PlanSpec.dims' inverse)."""
+        return {
+            "tp": self.tp,
+            "cp": self.cp,
+            "dp": self.dp,
+            "pp": self.pp,
+            "ep": self.ep,
+            "etp": self.etp,
+            "placement": placement_label(self.placement_order),
+        }
