@@ -77,6 +77,10 @@ def derive_dp(gpus: int, degrees: dict[str, int]) -> int | None:
     return gpus // other
 
 
+# ParallelDims' degrees, each a PlanSpec field of the same name
+DEGREE_FIELDS: tuple[str, ...] = ("tp", "cp", "dp", "pp", "ep", "etp")
+
+
 @dataclass(frozen=True, slots=True)
 class ParallelDims:
     """The degrees of one plan, or of one stage of a per-stage plan, and their order on the network.
@@ -113,12 +117,5 @@ class ParallelDims:
 
     def plan_fields(self) -> dict:
         """The PlanSpec fields these set: the degrees and the placement label (PlanSpec.dims' inverse)."""
-        return {
-            "tp": self.tp,
-            "cp": self.cp,
-            "dp": self.dp,
-            "pp": self.pp,
-            "ep": self.ep,
-            "etp": self.etp,
-            "placement": placement_label(self.placement_order),
-        }
+        degrees = {name: getattr(self, name) for name in DEGREE_FIELDS}
+        return {**degrees, "placement": placement_label(self.placement_order)}
