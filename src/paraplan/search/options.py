@@ -154,8 +154,8 @@ def row_dims(
     return ParallelDims(tp, cp, dp, pp, expert.ep, expert.etp, parse_placement(placement))
 
 
-# the plan fields a row sets under their own names besides its degrees (plan_of: ParallelDims.plan_fields; its recompute
-# mode sets two: plan_fields)
+# the plan fields a row sets under their own names besides its degrees (plan_of: those come from
+# ParallelDims.plan_fields; its recompute mode sets two: plan_fields)
 ROW_FIELDS = tuple(
     name
     for name in Row.__dataclass_fields__

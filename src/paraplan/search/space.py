@@ -30,8 +30,8 @@ from paraplan.search.grid_axes import SCHEDULES, SPLIT_BACKWARD_SCHEDULES, GridA
 from paraplan.search.options import (
     NO_EXPERT_OPTION,
     BatchOption,
-    Factorization,
     ExpertOption,
+    Factorization,
     LayerKnob,
     Row,
     grid,
