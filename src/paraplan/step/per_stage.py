@@ -110,7 +110,7 @@ def layer_shape_for(common: Common, setting: StageSetting) -> LayerShape:
     """A stage's layer shape (step.layer_shape.layer_shape_from): its tp and micro-batch, no context parallelism,
     the stage's per-op recompute list as modules; each pool adds its stack's fields (``stage_arrays``)."""
     return layer_shape_from(
-        setting.tp,
+        setting.dims.tp,
         1,
         setting.micro_batch,
         common.seq_length,
@@ -169,7 +169,7 @@ def stage_arrays(
                 **stack_shape_fields(system),
             ),
             recompute,
-            setting.pp == 1,
+            setting.dims.pp == 1,
             rules,
             common.overlap_tp_comm,
         )
@@ -206,10 +206,10 @@ def stage_arrays(
     )
     inputs = StepInputs(
         stages=(),
-        pp=setting.pp,
+        pp=setting.dims.pp,
         microbatches=setting.microbatches,
         gradient_groups={
-            "dense": stage_gradient_group(cluster, setting.slices, setting.tp, setting.dp)
+            "dense": stage_gradient_group(cluster, setting.slices, setting.dims.tp, setting.dims.dp)
         },
         knobs=knobs,
         **terms,
@@ -237,15 +237,15 @@ def stage_p2p(
     wrapping exchanges (interleaved) carry an activation of the size its other boundary carries, so the
     first stage's count on them under [b] and the last stage's under [a]."""
     rules = common.rules
-    with_prev, with_next = (float(n) for n in exchanges(setting.index, setting.pp, common.vpp))
+    with_prev, with_next = (float(n) for n in exchanges(setting.index, setting.dims.pp, common.vpp))
     back = with_prev * p2p_exchange_s(cluster, rules, common, prev, setting, sent, receiver=True)
     ahead = with_next * p2p_exchange_s(cluster, rules, common, setting, nxt, sent, receiver=False)
     zero = np.zeros(len(sent))
-    if setting.pp == 1:
+    if setting.dims.pp == 1:
         return zero, zero
     if setting.index == 0:
         return zero, back + ahead
-    if setting.index == setting.pp - 1:
+    if setting.index == setting.dims.pp - 1:
         return back + ahead, zero
     return back, ahead
 
@@ -315,13 +315,11 @@ def stage_settings(plan: StagePlanSpec, cluster: ClusterSpec) -> list[StageSetti
     return [
         StageSetting(
             tuple(devices[i]),
-            s.tp,
-            s.data_parallel,
+            replace(s.dims, pp=plan.pp),
             plan.stage_micro_batch(i),
             s.recompute,
             s.recompute_ops,
             i,
-            plan.pp,
             plan.n_microbatches,
         )
         for i, s in enumerate(plan.stages)
@@ -381,8 +379,8 @@ def estimate_stage_plan(
             "blocks": [a, b],
             "layers": sum(1 for ref in model_blocks(model)[a:b] if ref.is_layer),
             "devices": [{"pool": p, "gpus": n} for p, _, n in st.slices],
-            "tp": st.tp,
-            "dp": st.dp,
+            "tp": st.dims.tp,
+            "dp": st.dims.dp,
             "micro_batch": st.micro_batch,
             "recompute": _recompute_mode(st),
         }
