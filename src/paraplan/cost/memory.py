@@ -26,6 +26,7 @@ from typing import Any
 
 from paraplan.cost.elementwise import where
 from paraplan.graph.eager_modules import FP32, composite, gelu_new, loss_impl, rmsnorm_upcast
+from paraplan.graph.mla import attention_output_bytes
 from paraplan.graph.ops import activation_kernel
 from paraplan.graph.transformer import ACTIVATION_BYTES, LayerShape, mlp_intermediate_bytes
 from paraplan.specs.model import ModelSpec
@@ -207,10 +208,15 @@ def layer_activation_parts(model: ModelSpec, shape: LayerShape) -> LayerActivati
     (``mlp_intermediate_bytes``: 4·f GeLU, 6·f SwiGLU in bf16); unfused attention 5·a·s per token
     (softmax output 2, dropout mask 1, dropout output 2; without dropout only the softmax 2); flash
     attention keeps the fp32 log-sum-exp, 4·a bytes per token. g = gemm_input_bytes: 2 in bf16 and 1 in
-    fp8 recipes (Transformer Engine saves the fp8 copy of each GEMM input). With GPT shapes (q = kv = h,
-    f = 4h) in bf16 this is s·b·h·(10 + 24/t + 5as/(ht)); in fp8, s·b·h·(8 + 19/t + 5as/(ht)).
+    fp8 recipes (Transformer Engine saves the fp8 copy of each GEMM input). The attention output
+    (graph.mla.attention_output_bytes) counts once in bf16 and where the projection saves it as it is (2·q);
+    where the projection keeps its quantised copy, that copy (g·q) and, beside flash attention, the kernel's
+    own output (2·q, an attention internal: core_attn recomputation drops it). With GPT shapes (q = kv = h,
+    f = 4h) in bf16 this is s·b·h·(10 + 24/t + 5as/(ht)); in fp8 with the projection's fp8 copy,
+    s·b·h·(8 + 19/t + 5as/(ht)).
     """
     ab, gin = shape.act_bytes, shape.gemm_input_bytes
+    proj_copy, attention_copy = attention_output_bytes(shape)
     tokens = shape.local_tokens
     h, f, t = model.hidden, model.ffn_hidden, shape.tp
     mask = 1.0 if model.has_dropout else 0.0
@@ -219,14 +225,14 @@ def layer_activation_parts(model: ModelSpec, shape: LayerShape) -> LayerActivati
     )  # norm inputs (2), QKV and MLP inputs (GEMM inputs), masks
     tp_part = tokens * (
         ab * (model.q_width + 2 * model.kv_width)
-        + gin * model.q_width
+        + proj_copy * model.q_width
         + f * mlp_intermediate_bytes(model, shape)
     )
     extra_replicated, extra_tp = eager_module_bytes(model, shape)
     replicated, tp_part = replicated + extra_replicated, tp_part + extra_tp * t
     heads = model.heads
     if shape.attention == "flash":
-        internals = tokens * heads * 4.0
+        internals = tokens * (heads * 4.0 + attention_copy * model.q_width)
     else:
         internals = tokens * heads * shape.seq_length * score_bytes(model, shape)
     return LayerActivations(replicated, tp_part / t, internals / t)
@@ -302,11 +308,13 @@ def saved_outputs_kept_bytes(
     backward (``op_sac_kept_bytes``, ``save_dots_kept_bytes``), per token (a = activation bytes): the layer input
     a·h (÷t with SP), the tensor-parallel outputs a·``split_width``/t, ``full_width_outputs`` outputs of full width
     a·h each (a row-parallel GEMM's un-reduced output on each TP rank); plus the flash statistics of ``parts``
-    (``layer_activation_parts``: attention_internals)."""
+    (``layer_activation_parts``: attention_internals, less the attention output's own copy, which these policies
+    count among the saved outputs: graph.mla.attention_output_bytes)."""
     a, h, t = shape.act_bytes, model.hidden, shape.tp
     sp_div = t if shape.sequence_parallel else 1
     per_token = a * h / sp_div + a * split_width / t + full_width_outputs * a * h
-    return shape.local_tokens * per_token + parts.attention_internals
+    attention_copy = attention_output_bytes(shape)[1] * model.q_width / t
+    return shape.local_tokens * (per_token - attention_copy) + parts.attention_internals
 
 
 def op_sac_kept_bytes(model: ModelSpec, shape: LayerShape, parts: LayerActivations) -> float:

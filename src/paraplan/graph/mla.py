@@ -218,6 +218,32 @@ def context_ring_collectives(model: ModelSpec, shape: LayerShape) -> list[Collec
     return [cp_kv_ring(model, shape, shape.local_tokens, (k_width, v_width))]
 
 
+def attention_output_bytes(shape: LayerShape) -> tuple[float, float]:
+    """(projection copy, attention copy): bytes per element of the attention output a layer keeps for backward,
+    the output projection's saved input and the attention kernel's own saved output where it is a separate tensor.
+
+    Fused attention saves its output in the activation dtype beside Q, K, V and the softmax statistics: Transformer
+    Engine v2.12 (5671fd36) transformer_engine/pytorch/attention/dot_product_attention/backends.py
+    ``FusedAttnFunc.forward``, without fp8 attention (recipe fp8_dpa False, the default), ``qkvo_tensors =
+    (q, k, v, out)`` and ``aux_ctx_tensors`` go to ``ctx.save_for_backward``; flash-attn's ``FlashAttnFunc`` and
+    PyTorch's SDPA flash backward take the output too. The projection (TE ``_Linear.forward``,
+    module/linear.py@5671fd36) saves, in fp8 and FP4 recipes, its own quantised copy (``saved_inputmat``, the
+    columnwise data only: gemm_input_bytes g) unless ``save_original_input``, which saves the bf16 input, the very
+    tensor the attention saved (TE rejects it under DelayedScaling). Megatron-Core sets it on ``linear_proj``
+    for fp8 recipes other than delayed (TE >= 2.6) and FP4 (TE >= 2.7): ``Attention.__init__`` and
+    ``MultiLatentAttention.__init__`` (megatron/core/transformer/attention.py, multi_latent_attention.py, from
+    781e765818, core_v0.14.0; at d7288711, b0cc2706, cd4afffa6: "the output of the fused core_attn is saved by
+    itself, and linear_proj also saves the quantized tensor of this output").
+
+    So, a the activation bytes: (g, a) where the projection keeps its quantised copy (shape.proj_quantised_copy,
+    an fp8 / FP4 dtype) beside flash attention's output, (g, 0) beside unfused attention (its last batched GEMM
+    saves its inputs, not its output); (a, 0) otherwise: in bf16 both save the one tensor."""
+    ab, gin = float(shape.act_bytes), shape.gemm_input_bytes
+    if gin == ab or not shape.proj_quantised_copy:
+        return ab, 0.0
+    return gin, (ab if shape.attention == "flash" else 0.0)
+
+
 def attention_activation_bytes(
     model: ModelSpec, shape: LayerShape, modules: tuple[str, ...], selective: bool
 ) -> float:
@@ -226,9 +252,10 @@ def attention_activation_bytes(
     input (a GEMM input: LayerShape.gemm_input_bytes, 1 in fp8 recipes); MLA adds the duplicated
     latents: query latent d_q and its norm output, the key/value latent d_c+d_r and its norm output;
     inside TP: Q, K, V as the core attention saves them, the output-projection input, and flash's
-    fp32 log-sum-exp (4·a/t). ``mla_up_proj`` drops Q/K/V (recomputed from the latents; Megatron-LM
-    --recompute-modules mla_up_proj); ``core_attn`` / ``selective`` drop the flash statistics (the
-    core re-runs from the kept Q/K/V); ``layernorm`` drops the norm input.
+    fp32 log-sum-exp (4·a/t) with, in fp8 / FP4 recipes whose projection keeps its quantised copy, the
+    attention's own bf16 output (``attention_output_bytes``). ``mla_up_proj`` drops Q/K/V (recomputed
+    from the latents; Megatron-LM --recompute-modules mla_up_proj); ``core_attn`` / ``selective`` drop the
+    flash statistics and that output (the core re-runs from the kept Q/K/V); ``layernorm`` drops the norm input.
 
     MLA keeps Q, K, V and not the up-projection outputs (Megatron-Core
     megatron/core/transformer/multi_latent_attention.py@d7288711 (the Megatron-Bridge v0.4.0 pin),
@@ -249,8 +276,11 @@ def attention_activation_bytes(
     replicated = norm_in + gin * sp * h  # norm input, projection (GEMM) input (stored SP-sharded)
     qkv = ab * tokens * (q_w + k_w + v_w) / t
     stats = 4.0 * tokens * a / t
-    out_in = gin * tokens * (v_w if model.is_mla else model.q_width) / t
-    core = qkv + (0.0 if (selective or "core_attn" in modules) else stats)
+    proj_copy, attention_copy = attention_output_bytes(shape)
+    out_elements = tokens * (v_w if model.is_mla else model.q_width) / t
+    out_in = proj_copy * out_elements
+    internals = stats + attention_copy * out_elements
+    core = qkv + (0.0 if (selective or "core_attn" in modules) else internals)
     if model.is_mla:
         dq, dc, dr = model.q_lora_rank or 0, model.kv_lora_rank or 0, model.qk_rope_head_dim or 0
         # each latent (the norm's input, ab) and its norm output (the up-projection's GEMM input, gin); the rope key ab

@@ -57,12 +57,13 @@ class LayerShape(NamedTuple):
     cp_algorithm: str = "ring"
     # the stack's (role, implementation) pairs other than fused (graph.eager_modules): what autograd keeps
     module_impl: tuple[tuple[str, str], ...] = ()
-    # whose K/V ring runs the attention under context parallelism (specs.runtime.RuntimeCosts.cp_ring):
-    # "transformer-engine" or "torch-sdpa" (graph.cp_ring)
+    # whose K/V ring runs attention under CP (RuntimeCosts.cp_ring): transformer-engine | torch-sdpa
     cp_ring: str = "transformer-engine"
     # fp8 runs all-gather the SP GEMM inputs and the row-parallel output gradients in fp8
     # (specs.runtime.RuntimeCosts.tp_fp8_all_gather: torchao's float8 tensor parallelism)
     tp_fp8_gather: bool = False
+    # the output projection keeps its own quantised input copy (RuntimeCosts.proj_quantised_copy)
+    proj_quantised_copy: bool = False
 
     @property
     def ulysses(self) -> bool:

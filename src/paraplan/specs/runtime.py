@@ -108,6 +108,15 @@ class StackRuntimeFields(InputModel):
         "in fp8, 1 B per element (torchao Float8ColwiseParallel / Float8RowwiseParallel / "
         "PrepareFloat8ModuleInput under tensorwise scaling); the reduce-scatters stay in bf16",
     )
+    proj_quantised_copy: bool = Field(
+        False,
+        description="fp8 / FP4 runs: the attention's output projection saves its own quantised copy of its input "
+        "for the weight gradient (Transformer Engine Linear's default, the only choice under DelayedScaling) "
+        "beside the attention output the fused attention kernel saves, instead of saving that bf16 output itself "
+        "(TE Linear save_original_input, which Megatron-Core >= core_v0.14.0 sets on linear_proj for the other "
+        "fp8 recipes and FP4; torchao's float8 linear saves its high-precision input); "
+        "graph.mla.attention_output_bytes",
+    )
     optimizer_state: Literal[
         "fp32_master", "param_dtype", "fp32_params", "bf16_moments", "bf16_moments_remainders"
     ] = Field(

@@ -134,10 +134,13 @@ def stack_shape_fields(system: SystemSpec) -> dict:
       efficiency.module_impl);
     - ``cp_ring``: whose K/V ring it runs (efficiency.runtime.cp_ring);
     - ``tp_fp8_gather``: whether it all-gathers the SP inputs and gradients in fp8
-      (efficiency.runtime.tp_fp8_all_gather)."""
+      (efficiency.runtime.tp_fp8_all_gather);
+    - ``proj_quantised_copy``: whether the attention's output projection keeps its own quantised input copy
+      (efficiency.runtime.proj_quantised_copy)."""
     eff = system.accelerator.efficiency
     return dict(
         module_impl=impl_key(eff.module_impl),
         cp_ring=eff.runtime.cp_ring,
         tp_fp8_gather=eff.runtime.tp_fp8_all_gather,
+        proj_quantised_copy=eff.runtime.proj_quantised_copy,
     )
