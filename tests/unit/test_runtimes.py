@@ -71,8 +71,11 @@ def test_profiles_state_their_runtime():
     assert mds.p2p_transfers_per_exchange == 2.0 and mds.grad_accumulation_bytes == 18.0
     assert mds.zero3_compute_copy_bytes == 0.0
     assert runtime_costs(load_framework("nemo-24.09")).fp8_param_gather is True
-    # Megatron-Core's runtime adds nothing but the interleaved schedule's overlapped p2p
-    assert runtime_costs(load_framework("megatron-core")) == RuntimeCosts(p2p_overlap=True)
+    # Megatron-Core's runtime adds nothing but the interleaved schedule's overlapped p2p and, under its
+    # default delayed fp8 recipe, linear_proj's own fp8 input copy (graph.mla.attention_output_bytes)
+    assert runtime_costs(load_framework("megatron-core")) == RuntimeCosts(
+        p2p_overlap=True, proj_quantised_copy=True
+    )
     assert runtime_costs(load_framework("megatron-lm-2021")) == RuntimeCosts()
     for name in ("torchtitan", "megatron-deepspeed", "nemo-24.09"):
         fw = load_framework(name)
@@ -282,6 +285,7 @@ def test_llm_foundry_runs_fsdp1():
             zero3_reduce_unsharded_bytes=4.0,
             zero3_reduce_copy_bytes=22.0,
             zero2_reduce_per_microbatch=True,  # Composer enters no_sync only for DDP (step.tail.zero2_reduces)
+            proj_quantised_copy=True,  # TE v0.10 te.Linear under DelayedScaling keeps its fp8 input copy
         )
     )
     # FSDP2 copies out of and into its flat buffers on the compute stream; FSDP1 does not
