@@ -379,8 +379,10 @@ def test_activations_korthikanti_full_recompute():
 
 
 def test_activations_fp8_keep_gemm_inputs_in_one_byte():
-    """Transformer Engine saves the fp8 copy of each GEMM input (QKV, projection, fc1, fc2 inputs):
-    s*b*h*(8 + 19/t + 5as/(ht)) for GPT shapes, against (10 + 24/t + ...) in bf16."""
+    """Transformer Engine saves the fp8 copy of each GEMM input (QKV, projection, fc1, fc2 inputs; the
+    projection's own copy: proj_quantised_copy, TE Linear's default): s*b*h*(8 + 19/t + 5as/(ht)) for GPT
+    shapes, against (10 + 24/t + ...) in bf16; where the projection saves the bf16 output instead
+    (save_original_input), 8 + 20/t + ..."""
     fp8 = LayerShape(
         tp=8,
         cp=1,
@@ -389,9 +391,12 @@ def test_activations_fp8_keep_gemm_inputs_in_one_byte():
         sequence_parallel=False,
         attention="unfused",
         dtype="fp8",
+        proj_quantised_copy=True,
     )
     # SBH * (8 + 19/8 + 10) = SBH * 20.375 = 512_753_664
     assert memory.layer_activation_bytes(GPT3_175B, fp8, "none") == approx(20.375 * SBH)
+    saved = fp8._replace(proj_quantised_copy=False)  # SBH * (8 + 20/8 + 10)
+    assert memory.layer_activation_bytes(GPT3_175B, saved, "none") == approx(20.5 * SBH)
     # selective drops the attention internals: SBH * (8 + 19/8)
     assert memory.layer_activation_bytes(GPT3_175B, fp8, "selective") == approx(10.375 * SBH)
     # recompute_modules mlp drops the intermediates (4h: GeLU input 2 B + fc2 input 1 B = 12h / t), layernorm the
@@ -405,6 +410,7 @@ def test_activations_fp8_keep_gemm_inputs_in_one_byte():
         attention="unfused",
         dtype="fp8",
         recompute_modules=("mlp", "layernorm"),
+        proj_quantised_copy=True,
     )
     assert memory.layer_activation_bytes(GPT3_175B, mods, "selective") == approx(
         (20.375 - 1.5 - 2) * SBH
