@@ -91,11 +91,14 @@ def test_apply_framework():
     # the calibration profile changes nothing that the visible H100 set was fitted with but the host model's
     # inputs (cost.host: its launch and synchronisation times), that it pads its vocabulary
     # (cost.gemm_alignment) and its runtime's overlapped p2p (cost.runtimes; Megatron-LM's
-    # overlap_p2p_comm default, priced with interleaving)
+    # overlap_p2p_comm default, priced with interleaving) and, in fp8 runs only, linear_proj's own fp8 input
+    # copy under its default delayed recipe (graph.mla.attention_output_bytes)
     megatron = load_framework("megatron-core")
     same, _ = apply_framework(megatron, h100, {})
     assert same.accelerator.efficiency.aligned_gemms_only
-    assert same.accelerator.efficiency.runtime == RuntimeCosts(p2p_overlap=True)
+    assert same.accelerator.efficiency.runtime == RuntimeCosts(
+        p2p_overlap=True, proj_quantised_copy=True
+    )
     host = set(host_fields(megatron)) | {"aligned_gemms_only", "runtime"}
     assert same.accelerator.efficiency.model_dump(exclude=host) == (
         h100.accelerator.efficiency.model_dump(exclude=host)
