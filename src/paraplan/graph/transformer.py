@@ -63,6 +63,7 @@ class LayerShape(NamedTuple):
     # fp8 runs all-gather the SP GEMM inputs and the row-parallel output gradients in fp8
     # (specs.runtime.RuntimeCosts.tp_fp8_all_gather: torchao's float8 tensor parallelism)
     tp_fp8_gather: bool = False
+    fused_grouped_mlp: bool = False  # TE's fused grouped MLP (graph.moe_mlp.fuses_grouped_mlp)
 
     @property
     def ulysses(self) -> bool:
@@ -134,6 +135,7 @@ def cp_free_key(shape: LayerShape) -> tuple:
         shape.module_impl,
         shape.cp_ring,
         shape.tp_fp8_gather,
+        shape.fused_grouped_mlp,
     )
 
 
@@ -185,8 +187,7 @@ def attention_ops(model: ModelSpec, shape: LayerShape) -> list[Op]:
     Unfused (Megatron-LM "core attention"): two batched GEMMs of 2·b·(a/t)·(s/c)·s·d FLOPs each, and
     a fused scale-mask-softmax plus dropout over the b·(a/t)·(s/c)·s scores (or graph.eager_modules' kernels).
     Fused flash attention (Dao et al. 2022): the same matmul FLOPs with only the causal half of
-    the score tiles computed, no score matrix in HBM; backward 2.5× forward FLOPs.
-    """
+    the score tiles computed, no score matrix in HBM; backward 2.5× forward FLOPs."""
     # ring: s/c queries per sequence on this GPU meet all s keys over the c ring steps; Ulysses: after the
     # all-to-all each GPU holds every token of a/(t·c) heads (Jacobs et al. 2023, §3.1)
     heads_local = model.heads // shape.attention_head_split
