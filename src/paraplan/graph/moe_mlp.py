@@ -102,7 +102,7 @@ def expert_ops(model: ModelSpec, shape: LayerShape, expert: ExpertShape) -> list
         ops.append(_memory("unsort_chunks", 2 * ab * h * sent))
     if not fused:
         ops.append(_memory("unpermute", ab * h * (tokens + sent)))
-    if host_synchronises(expert):
+    if host_synchronises(expert, shape):
         ops.append(Op("dispatch_host_sync", "host_sync", 0.0, 0.0, 0.0, 0.0))
     return ops
 
@@ -225,12 +225,22 @@ def fuses_permutes(expert: ExpertShape) -> bool:
     return expert.dispatcher == "hybridep"
 
 
-def host_synchronises(expert: ExpertShape) -> bool:
+def host_synchronises(expert: ExpertShape, shape: LayerShape) -> bool:
     """True when the dispatch needs the per-expert token counts on the host: every dropless dispatch
     (capacity_factor None). Megatron-Core's MoEAlltoAllTokenDispatcher.preprocess keeps
     cuda_sync_point "no_sync" only with drop-and-pad (moe_pad_expert_input_to_capacity; the counts are
     then the constant capacity) and otherwise synchronises before the EP all-to-all or the expert
-    GEMMs, whose per-expert row counts (Transformer Engine GroupedLinear m_splits) are host integers."""
+    GEMMs, whose per-expert row counts (Transformer Engine GroupedLinear m_splits) are host integers.
+    A HybridEP dispatch on a static receive budget (LayerShape.hybridep_budget, the profile's
+    moe_hybridep_budget: Megatron-Core moe_expert_rank_capacity_factor) feeding the fused grouped MLP
+    (fuses_grouped_mlp) does not: the dispatch's output size is the budget, set on the host before it, so it
+    runs non-blocking (Megatron-LM cd4afffa6 token_dispatcher.py _HybridEPManager.setup_metadata and dispatch,
+    fused_a2a.py HybridEPDispatch), and the op-fuser path keeps the per-expert counts on the device (experts.py
+    _fused_forward: no tokens_per_expert.tolist() when moe_utils.skip_routed_expert_padding, true for
+    HybridEP; the unfused forward calls it) for the fused kernels' padded_offsets (TransformerEngine 4329ff84
+    ops/fused/grouped_mlp.py)."""
+    if shape.hybridep_budget and expert.dispatcher == "hybridep" and fuses_grouped_mlp(shape):
+        return False
     return expert.capacity_factor is None
 
 

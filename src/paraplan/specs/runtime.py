@@ -49,6 +49,16 @@ class StackRuntimeFields(InputModel):
         "megatron/core/transformer/moe/experts.py _make_fused_ops); graph.moe_mlp.fuses_grouped_mlp. False: "
         "TEGroupedMLP's separate activation (and clamp, bias) passes",
     )
+    moe_hybridep_budget: bool = Field(
+        False,
+        description="the HybridEP dispatch runs on a static per-rank receive budget (Megatron-Core "
+        "moe_expert_rank_capacity_factor: num_permuted_tokens = T·k·factor, rounded up to the quantisation "
+        "alignment, in _HybridEPManager.setup_metadata), so the dispatch is non-blocking and reads no token "
+        "count on the host (Megatron-LM cd4afffa6 megatron/core/transformer/moe/token_dispatcher.py "
+        "setup_metadata / dispatch, fused_a2a.py HybridEPDispatch: 'If we provide the num_permuted_tokens, we do "
+        "not need to use sync'): graph.moe_mlp.host_synchronises. Tokens beyond the budget would be dropped; "
+        "False: the budget unset, the dropless dispatch synchronises",
+    )
     zero3_pp_reshard: bool = Field(
         True,
         description="ZeRO-3 / FSDP under pipeline parallelism: each layer's gathered weights are freed after its "

@@ -137,7 +137,9 @@ def stack_shape_fields(system: SystemSpec) -> dict:
       (efficiency.runtime.tp_fp8_all_gather);
     - ``fused_grouped_mlp``: whether its block-scaled expert MLPs run as Transformer Engine's fused grouped MLP
       (efficiency.runtime.moe_fused_grouped_mlp, only under an mxfp8 / nvfp4 fp8_recipe: TE fuses nothing
-      for another recipe, grouped_mlp.py fuse_grouped_mlp_ops at 4329ff84)."""
+      for another recipe, grouped_mlp.py fuse_grouped_mlp_ops at 4329ff84);
+    - ``hybridep_budget``: whether its HybridEP dispatch runs on a static receive budget
+      (efficiency.runtime.moe_hybridep_budget)."""
     eff = system.accelerator.efficiency
     runtime = eff.runtime
     return dict(
@@ -146,4 +148,5 @@ def stack_shape_fields(system: SystemSpec) -> dict:
         tp_fp8_gather=runtime.tp_fp8_all_gather,
         fused_grouped_mlp=runtime.moe_fused_grouped_mlp
         and runtime.fp8_recipe in ("mxfp8", "nvfp4"),
+        hybridep_budget=runtime.moe_hybridep_budget,
     )
