@@ -73,3 +73,31 @@ def test_the_profile_sets_it_only_under_a_block_scaled_recipe():
         load_framework("megatron-bridge-25.11-mxfp8"), load_system("gb300-nvl72")
     )
     assert stack_shape_fields(older)["fused_grouped_mlp"] is False
+    assert (
+        stack_shape_fields(system)["hybridep_budget"],
+        stack_shape_fields(older)["hybridep_budget"],
+    ) == (
+        True,
+        False,
+    )
+
+
+def test_a_hybridep_budget_with_the_fused_mlp_needs_no_host_sync():
+    # Megatron-Core's HybridEP dispatch sized to moe_expert_rank_capacity_factor's static budget runs
+    # non-blocking, and the op-fuser MLP keeps the per-expert counts on the device: no dispatch_host_sync.
+    # Without the budget, without the fused MLP (tokens_per_expert.tolist()) or with another dispatcher the
+    # dropless dispatch still synchronises.
+    hybridep = QWEN._replace(dispatcher="hybridep")
+    budget = FUSED._replace(hybridep_budget=True)
+    assert "dispatch_host_sync" not in _ops("qwen3-30b-a3b", budget, hybridep)
+    for shape, expert in (
+        (FUSED, hybridep),
+        (FP8._replace(hybridep_budget=True), hybridep),
+        (budget, QWEN),
+        (budget._replace(dtype="bf16"), hybridep),
+    ):
+        assert "dispatch_host_sync" in _ops("qwen3-30b-a3b", shape, expert)
+    # the rest of the layer is unchanged
+    synced = _ops("qwen3-30b-a3b", FUSED, hybridep)
+    del synced["dispatch_host_sync"]
+    assert synced == _ops("qwen3-30b-a3b", budget, hybridep)
