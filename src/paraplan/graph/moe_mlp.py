@@ -218,8 +218,10 @@ def fuses_permutes(expert: ExpertShape) -> bool:
     operation for permute + dispatch a2a + permute", calling DeepEP's HybridEPBuffer.dispatch_with_permute /
     combine_with_unpermute; token_dispatcher.py _HybridEPManager). Its re-sort of the received rows by expert
     stays a pass of its own (the buffer's permute kernel over its row_id_map, "Output of Permute
-    Preprocessing"; Megatron-Core later added an opt-in fuse_permute_dispatch / fuse_unpermute_combine that
-    these releases do not have), priced as sort_chunks / unsort_chunks. The alltoall dispatcher runs all four
+    Preprocessing"; Megatron-LM cd4afffa6 has an opt-in fusion of it into the dispatch and combine,
+    moe_permute_fusion_into_hybridep (default False; fused_a2a.py fuse_permute_dispatch / fuse_unpermute_combine),
+    that no Megatron-Bridge v0.6.0 MoE recipe of the 26.08 table sets (only perf_recipes/nemotronh/h100), so
+    no input names it), priced as sort_chunks / unsort_chunks. The alltoall dispatcher runs all four
     passes (MoEAlltoAllTokenDispatcher), DeepEP's manager permutes after its dispatch too
     (_DeepepManager.get_permuted_hidden_states_by_experts)."""
     return expert.dispatcher == "hybridep"
