@@ -57,6 +57,7 @@ def test_bundled_files_load():
         "mbridge-2604.json",
         "mbridge-260201.json",
         "mbridge-2608.json",
+        "mbridge-moe-b300.json",
     } <= set(names)
     cases = load_cases()
     # 118 + the held-out FSDP-stack sets (20 llm-foundry, 23 torchtitan) + BLOOM-176B (1) + MaxText (1 + 4)
@@ -70,7 +71,8 @@ def test_bundled_files_load():
     # + Megatron-Bridge 26.04 rows whose model and GPU the catalog has (mbridge-2604.json, 13 dense + 19 MoE)
     # + Megatron-Bridge 26.02.01 MoE rows (mbridge-260201.json, 19)
     # + Megatron-Bridge 26.08 MoE rows whose model and GPU the catalog has (mbridge-2608.json, 8)
-    assert len(cases) == 309 and len({(c.file, c.name) for c in cases}) == 309
+    # + Megatron-Bridge 26.02 MoE rows on DGX B300 (mbridge-moe-b300.json, 4)
+    assert len(cases) == 313 and len({(c.file, c.name) for c in cases}) == 313
 
 
 @pytest.mark.parametrize("suffix", [".json", ".yaml"])

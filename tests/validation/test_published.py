@@ -126,6 +126,7 @@ def test_calibration_and_held_out_reported_apart(report):
     # + Megatron-Bridge 26.04 dense and MoE rows (mbridge-2604.json, 32)
     # + Megatron-Bridge 26.02.01 MoE rows (mbridge-260201.json, 19)
     # + Megatron-Bridge 26.08 MoE rows (mbridge-2608.json, 8)
+    # + Megatron-Bridge 26.02 MoE rows on DGX B300 (mbridge-moe-b300.json, 4)
     assert (
         summary["held_out"]["step_time_cases"]
         == (12 + 25 + 15 + 8 + 4 + 20 + 23 + 1 + 1 + 8 + 7 + 14)
@@ -133,6 +134,7 @@ def test_calibration_and_held_out_reported_apart(report):
         + 32
         + 19
         + 8
+        + 4
     )
     assert len(MOE_NAMES) == 10
     assert set(summary["by_group"]) >= {"korthikanti2022-gpt3-175b", "dgxc-llama31-70b-bf16"}
@@ -159,6 +161,7 @@ def test_every_step_time_case_fits(report):
     # + megatron-v1-v100 + mbridge-gb300 + mbridge-dense-more + alps-gh200 + gcp-gpu-recipes + consumer-gpus + dsexamples-hf-v100
     # + mbridge-moe-gb + bigscience-tr11-prequel + MaxText on Google Cloud H200 / B200 and one A3 VM (4)
     # + mbridge-nvfp4 (4) + mbridge-moe-more (14) + mbridge-2604 (32) + mbridge-260201 (19) + mbridge-2608 (8)
+    # + mbridge-moe-b300 (4)
     assert (
         len(timed)
         == (58 + 25 + 15 + 8 + 4 + 20 + 23 + 1 + 1 + 8 + 7 + 14)
@@ -166,6 +169,7 @@ def test_every_step_time_case_fits(report):
         + 32
         + 19
         + 8
+        + 4
     )
     for case in timed:
         assert case["predicted"]["fits"], case["name"]
@@ -234,6 +238,7 @@ FILE_CASES = {
         "mbridge-2604",
         "mbridge-260201",
         "mbridge-2608",
+        "mbridge-moe-b300",
     )
 }
 
@@ -314,6 +319,18 @@ def test_megatron_bridge_2608_held_out(report):
     assert all(c["group"] == "mbridge2608-moe" for c in cases)
     assert _mape(errors) <= 44.0 and max(abs(e) for e in errors) <= 57.0
     assert all(e > 0 for e in errors)  # every row still too slow
+
+
+def test_megatron_bridge_2602_b300_held_out(report):
+    """Megatron-Bridge 26.02 MoE rows on DGX B300 (v0.3.0 presets: DeepSeek-V3, GPT-OSS 120B at EP 64, Qwen3 30B /
+    235B; mbridge-moe-b300.json), held out: MAPE 19.3 %, DeepSeek-V3 +7.4 %, Qwen3 30B +8.4 %, GPT-OSS 120B -30.6 %
+    (its EP 64 all-to-all over the 800 Gb/s ConnectX-8 NICs priced at half the B200 run's, where the run is only 4 %
+    faster than the 26.02 B200 one at the same layout), Qwen3 235B -30.6 %: outside issue 33's bar. Pinned so that
+    a change is seen."""
+    errors = _file_errors(report, "mbridge-moe-b300", 4)
+    cases = [c for c in report["cases"] if c["name"] in FILE_CASES["mbridge-moe-b300"]]
+    assert all(c["group"] == "mbridge-moe-b300" for c in cases)
+    assert _mape(errors) <= 20.0 and max(abs(e) for e in errors) <= 31.5
 
 
 def test_gcp_gpu_recipes_held_out(report):
