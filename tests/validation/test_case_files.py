@@ -69,10 +69,10 @@ def test_bundled_files_load():
     # + Megatron-Bridge 26.02 NVFP4 rows on GB200 / GB300 (4)
     # + Megatron-Bridge 25.11 / 26.02 MoE rows on DGX B200 / H100 / GB200 / GB300 (mbridge-moe-more, 14)
     # + Megatron-Bridge 26.04 rows whose model and GPU the catalog has (mbridge-2604.json, 13 dense + 19 MoE)
-    # + Megatron-Bridge 26.02.01 MoE rows (mbridge-260201.json, 19)
+    # + Megatron-Bridge 26.02.01 rows (mbridge-260201.json, 19 MoE + 13 dense)
     # + Megatron-Bridge 26.08 MoE rows whose model and GPU the catalog has (mbridge-2608.json, 8)
     # + Megatron-Bridge 26.02 MoE rows on DGX B300 (mbridge-moe-b300.json, 4)
-    assert len(cases) == 313 and len({(c.file, c.name) for c in cases}) == 313
+    assert len(cases) == 326 and len({(c.file, c.name) for c in cases}) == 326
 
 
 @pytest.mark.parametrize("suffix", [".json", ".yaml"])
