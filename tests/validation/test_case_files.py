@@ -58,6 +58,7 @@ def test_bundled_files_load():
         "mbridge-260201.json",
         "mbridge-2608.json",
         "mbridge-moe-b300.json",
+        "mbridge-260601.json",
     } <= set(names)
     cases = load_cases()
     # 118 + the held-out FSDP-stack sets (20 llm-foundry, 23 torchtitan) + BLOOM-176B (1) + MaxText (1 + 4)
@@ -72,7 +73,8 @@ def test_bundled_files_load():
     # + Megatron-Bridge 26.02.01 rows (mbridge-260201.json, 19 MoE + 13 dense)
     # + Megatron-Bridge 26.08 MoE rows whose model and GPU the catalog has (mbridge-2608.json, 8)
     # + Megatron-Bridge 26.02 MoE rows on DGX B300 (mbridge-moe-b300.json, 4)
-    assert len(cases) == 326 and len({(c.file, c.name) for c in cases}) == 326
+    # + Megatron-Bridge 26.06.01 MoE rows whose model and GPU the catalog has (mbridge-260601.json, 8)
+    assert len(cases) == 334 and len({(c.file, c.name) for c in cases}) == 334
 
 
 @pytest.mark.parametrize("suffix", [".json", ".yaml"])

@@ -127,6 +127,7 @@ def test_calibration_and_held_out_reported_apart(report):
     # + Megatron-Bridge 26.02.01 MoE and dense rows (mbridge-260201.json, 19 + 13)
     # + Megatron-Bridge 26.08 MoE rows (mbridge-2608.json, 8)
     # + Megatron-Bridge 26.02 MoE rows on DGX B300 (mbridge-moe-b300.json, 4)
+    # + Megatron-Bridge 26.06.01 MoE rows (mbridge-260601.json, 8)
     assert (
         summary["held_out"]["step_time_cases"]
         == (12 + 25 + 15 + 8 + 4 + 20 + 23 + 1 + 1 + 8 + 7 + 14)
@@ -135,6 +136,7 @@ def test_calibration_and_held_out_reported_apart(report):
         + (19 + 13)
         + 8
         + 4
+        + 8
     )
     assert len(MOE_NAMES) == 10
     assert set(summary["by_group"]) >= {"korthikanti2022-gpt3-175b", "dgxc-llama31-70b-bf16"}
@@ -161,7 +163,7 @@ def test_every_step_time_case_fits(report):
     # + megatron-v1-v100 + mbridge-gb300 + mbridge-dense-more + alps-gh200 + gcp-gpu-recipes + consumer-gpus + dsexamples-hf-v100
     # + mbridge-moe-gb + bigscience-tr11-prequel + MaxText on Google Cloud H200 / B200 and one A3 VM (4)
     # + mbridge-nvfp4 (4) + mbridge-moe-more (14) + mbridge-2604 (32) + mbridge-260201 (32) + mbridge-2608 (8)
-    # + mbridge-moe-b300 (4)
+    # + mbridge-moe-b300 (4) + mbridge-260601 (8)
     assert (
         len(timed)
         == (58 + 25 + 15 + 8 + 4 + 20 + 23 + 1 + 1 + 8 + 7 + 14)
@@ -170,6 +172,7 @@ def test_every_step_time_case_fits(report):
         + (19 + 13)
         + 8
         + 4
+        + 8
     )
     for case in timed:
         assert case["predicted"]["fits"], case["name"]
@@ -239,6 +242,7 @@ FILE_CASES = {
         "mbridge-260201",
         "mbridge-2608",
         "mbridge-moe-b300",
+        "mbridge-260601",
     )
 }
 
@@ -338,6 +342,22 @@ def test_megatron_bridge_2602_b300_held_out(report):
     cases = [c for c in report["cases"] if c["name"] in FILE_CASES["mbridge-moe-b300"]]
     assert all(c["group"] == "mbridge-moe-b300" for c in cases)
     assert _mape(errors) <= 20.0 and max(abs(e) for e in errors) <= 31.5
+
+
+def test_megatron_bridge_260601_held_out(report):
+    """Megatron-Bridge 26.06.01 rows (v0.5.1 presets, scripts/performance/configs) whose model and GPU the catalog
+    has (mbridge-260601.json: DeepSeek-V3, GPT-OSS 120B, Qwen3 30B / 235B in MXFP8 on GB300 / GB200; the table has no
+    dense row), held out: MAPE 38.9 %, worst +61.8 % (DeepSeek-V3 on 256 GB300). The presets are the 26.08 ones but
+    for DeepSeek-V3 GB300's core_attn recompute (Megatron-Core's default module under the recipe's selective
+    granularity); the DeepSeek-V3 and Qwen3 rows run as fast as the 26.08 ones and are predicted as slow (full-
+    iteration CUDA graphs, the fused MoE MLP, fp8 attention and paged stashing the model lacks), the GPT-OSS rows are
+    predicted too fast (-9.8 / -17.3 %), the runs 1.6x slower than 26.08's under the cuDNN regression the table
+    footnotes. Outside issue 33's bar. Pinned so that a change is seen."""
+    errors = _file_errors(report, "mbridge-260601", 8)
+    cases = [c for c in report["cases"] if c["name"] in FILE_CASES["mbridge-260601"]]
+    assert all(c["group"] == "mbridge260601-moe" for c in cases)
+    assert _mape(errors) <= 39.5 and max(abs(e) for e in errors) <= 62.5
+    assert all((e > 0) == ("gptoss" not in c["name"]) for c, e in zip(cases, errors))
 
 
 def test_gcp_gpu_recipes_held_out(report):
