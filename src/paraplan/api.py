@@ -407,6 +407,30 @@ def pipeline_stages(model, system, plan=None, *, framework=None, **plan_fields: 
     return stages_of(*_problem(model, system, plan, framework, plan_fields))
 
 
+def estimate_stages(model, plan, cluster=None, *, system=None) -> Estimate:
+    """``paraplan estimate --plan FILE`` in Python: one per-stage plan (a StagePlanSpec or its dict,
+    specs/stage_plan.py) on ``cluster`` (a file, a dict or a ClusterSpec), or on ``system``'s uniform
+    cluster of the plan's GPUs. The same :class:`~paraplan.step.result.Estimate` as :func:`estimate`,
+    with its per-stage fields filled (step.per_stage.estimate_stage_plan)."""
+    from paraplan.catalog.clusters import load_cluster
+    from paraplan.specs.cluster import uniform_cluster
+    from paraplan.specs.stage_plan import StagePlanSpec, stage_plan_from_dict
+    from paraplan.step.per_stage import estimate_stage_plan
+
+    if (cluster is None) == (system is None):
+        raise InputError("cluster: give either a cluster or a system, not both or neither")
+    model_spec = load_model(str(model) if isinstance(model, Path) else model)
+    plan_spec = plan if isinstance(plan, StagePlanSpec) else stage_plan_from_dict(plan, "plan")
+    cluster_spec = (
+        load_cluster(cluster)
+        if system is None
+        else uniform_cluster(
+            load_system(str(system) if isinstance(system, Path) else system), plan_spec.gpus
+        )
+    )
+    return estimate_stage_plan(model_spec, cluster_spec, plan_spec)
+
+
 def search_cluster(
     model, cluster, global_batch: int, *, top: int = 5, time_budget_s=5.0, framework=None, **fields
 ):

@@ -51,6 +51,7 @@ def test_amp_trials_figures_and_failures():
 def test_reshard_peers_and_time_between_stages_of_different_dp():
     from paraplan.step.per_stage import StageSetting, p2p_time_s, reshard_peers
     from paraplan.specs.cluster import uniform_cluster
+    from paraplan.specs.parallel import ParallelDims
 
     assert reshard_peers(2, 4) == ((0, 1), (2, 3))
     assert reshard_peers(4, 2) == ((0,), (0,), (1,), (1,))
@@ -58,8 +59,12 @@ def test_reshard_peers_and_time_between_stages_of_different_dp():
     system = load_system("dgx-a100-80gb")
     cluster = uniform_cluster(system, 8)
     pool = cluster.pools[0].name
-    a = StageSetting(((pool, 0, 2),), 1, 2, 2, "none", (), 0, 2, 4)  # dp 2, 2 samples per GPU
-    b = StageSetting(((pool, 2, 4),), 1, 4, 1, "none", (), 1, 2, 4)  # dp 4, 1 sample per GPU
+    a = StageSetting(
+        ((pool, 0, 2),), ParallelDims(dp=2, pp=2), 2, "none", (), 0, 4
+    )  # dp 2, 2 samples per GPU
+    b = StageSetting(
+        ((pool, 2, 4),), ParallelDims(dp=4, pp=2), 1, "none", (), 1, 4
+    )  # dp 4, 1 sample per GPU
     rate, lat = (
         system.node.nvlink_bandwidth * system.node.nvlink_efficiency,
         system.node.nvlink_latency,

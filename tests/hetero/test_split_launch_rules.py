@@ -27,6 +27,7 @@ from paraplan.search.staged.hetero import (
 )
 from paraplan.specs.cluster import uniform_cluster
 from paraplan.specs.model import ModelSpec
+from paraplan.specs.parallel import ParallelDims
 from paraplan.step.blocks import model_blocks
 from paraplan.step.per_stage import StageSetting
 
@@ -48,7 +49,8 @@ def _settings(problem: HeteroProblem, pp: int) -> list[StageSetting]:
     pool, per = problem.cluster.pools[0].name, 8 // pp
     m = problem.global_batch // per
     return [
-        StageSetting(((pool, k * per, per),), 1, per, 1, "none", (), k, pp, m) for k in range(pp)
+        StageSetting(((pool, k * per, per),), ParallelDims(dp=per, pp=pp), 1, "none", (), k, m)
+        for k in range(pp)
     ]
 
 

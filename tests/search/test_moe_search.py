@@ -414,11 +414,13 @@ def test_shared_moe_costings_equal_costings_from_scratch(problem):
     model, system = problem.model, problem.system
     seen, dispatchers, overlaps = set(), set(), set()
     for row in rows(problem):
-        expert = _expert_shape(problem, (row.ep, row.etp, row.dispatcher, row.a2a_overlap))
+        expert = _expert_shape(
+            problem, (row.dims.ep, row.dims.etp, row.dispatcher, row.a2a_overlap)
+        )
         shape = layer_shape_of(
             problem,
-            row.tp,
-            row.cp,
+            row.dims.tp,
+            row.dims.cp,
             row.micro_batch,
             row.sequence_parallel,
             row.tp_layout,

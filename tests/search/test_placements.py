@@ -8,8 +8,8 @@ import itertools
 import pytest
 
 from paraplan.catalog import load_model, load_system
-from paraplan.search.space import PLACEMENT_ORDERS, SearchProblem, _Degrees
-from paraplan.specs.parallel import placement_label
+from paraplan.search.space import PLACEMENT_ORDERS, SearchProblem
+from paraplan.specs.parallel import ParallelDims, placement_label
 from paraplan.step.build import plan_spans
 
 SYSTEMS = ("dgx-h800", "gb200-nvl72", "aws-p3.8xlarge", "gh200-96gb-quad")
@@ -19,7 +19,7 @@ def _every_order(problem: SearchProblem, tp: int, pp: int, cp: int, dp: int) -> 
     """The placements by costing every order: the first order of each distinct set of spans."""
     seen, out = set(), []
     for order in PLACEMENT_ORDERS:
-        spans = plan_spans(_Degrees(tp, pp, cp, dp, order), problem.system)
+        spans = plan_spans(ParallelDims(tp, cp, dp, pp, placement_order=order), problem.system)
         key = tuple((s.size, s.per_domain, s.domains) for s in spans.values())
         if key not in seen:
             seen.add(key)

@@ -30,12 +30,14 @@ from paraplan.specs.uniform_stages import uniform_stage_plan
 from paraplan.step.estimate import estimate
 from paraplan.step.p2p import PipelineLinks, exchanges, uniform_group_p2p
 from paraplan.step.per_stage import estimate_stage_plan
-from paraplan.step.result import StageMemory, TimeBreakdown
+from paraplan.step.result import Estimate, StageMemory, TimeBreakdown
+from paraplan.step.stage_totals import stage_plan_fields
 
 REL = 1e-9
 MAX_GPUS = 32  # four 8-GPU nodes
 SYSTEM = "dgx-h100-80gb"
 DENSE_DECODERS = ("gpt3-125m", "gpt3-350m", "gpt3-1.3b", "gpt3-2.7b", "llama2-7b", "llama3-8b")
+PER_STAGE_FIELDS = ("stage_work_s", "stage_tail_s", "stage_summary")
 MEMORY_FIELDS = tuple(
     f.name for f in fields(StageMemory) if f.name.endswith("_bytes") and "capacity" not in f.name
 )
@@ -44,7 +46,7 @@ MEMORY_FIELDS = tuple(
 def both_paths(
     model_name: str, system_name: str = SYSTEM, framework: str | None = None, **plan_fields
 ):
-    """(uniform Estimate, per-stage StagePlanEstimate) of one plan on a uniform cluster of its GPUs; with
+    """(uniform Estimate, per-stage Estimate) of one plan on a uniform cluster of its GPUs; with
     ``framework``, the system and the plan's defaults under that profile (cost.frameworks.apply_framework)."""
     model, system = load_model(model_name), load_system(system_name)
     if framework is not None:
@@ -56,18 +58,39 @@ def both_paths(
 
 
 def assert_same(uniform, per_stage) -> None:
-    assert per_stage.step_time_s == pytest.approx(uniform.step_time_s, rel=REL)
-    for f in fields(TimeBreakdown):
-        assert getattr(per_stage.breakdown, f.name) == pytest.approx(
-            getattr(uniform.breakdown, f.name), rel=REL, abs=1e-15
-        ), f.name
-    assert len(per_stage.stages) == len(uniform.stages)
-    for u, p in zip(uniform.stages, per_stage.stages):
-        for name in MEMORY_FIELDS:
-            assert getattr(p, name) == pytest.approx(getattr(u, name), rel=REL, abs=1e-6), (
-                u.stage,
-                name,
-            )
+    """Both paths return one type, step.result.Estimate, compared field by field: the same step time,
+    breakdown, memory per stage, FLOPs and peak; the plan is the uniform plan's per-stage form
+    (specs.uniform_stages.uniform_stage_plan); only the per-stage path fills the per-stage fields."""
+    assert type(uniform) is type(per_stage) is Estimate
+    model = load_model(uniform.model)
+    stage_plan = uniform_stage_plan(
+        PlanSpec(**uniform.plan), model, per_stage.plan["stages"][0]["devices"][0]["pool"]
+    )
+    for f in fields(Estimate):
+        u, p = getattr(uniform, f.name), getattr(per_stage, f.name)
+        if f.name == "plan":
+            assert p == stage_plan_fields(stage_plan)
+        elif f.name == "breakdown":
+            for b in fields(TimeBreakdown):
+                assert getattr(p, b.name) == pytest.approx(
+                    getattr(u, b.name), rel=REL, abs=1e-15
+                ), b.name
+        elif f.name == "stages":
+            assert len(p) == len(u)
+            for us, ps in zip(u, p):
+                assert (ps.stage, ps.capacity_bytes) == (us.stage, us.capacity_bytes)
+                for name in MEMORY_FIELDS:
+                    assert getattr(ps, name) == pytest.approx(
+                        getattr(us, name), rel=REL, abs=1e-6
+                    ), (us.stage, name)
+        elif f.name in PER_STAGE_FIELDS:
+            assert u == () and len(p) == len(per_stage.stages), f.name
+        elif isinstance(u, float):
+            assert p == pytest.approx(u, rel=REL), f.name
+        else:
+            assert p == u, f.name
+    assert (per_stage.mfu, per_stage.hfu) == pytest.approx((uniform.mfu, uniform.hfu), rel=REL)
+    assert per_stage.fit == uniform.fit
 
 
 def draw_plan_fields(pick, model) -> dict:

@@ -235,6 +235,7 @@ def test_vary_split_offers_the_accounting_switches_splits_for_every_schedule():
     as layers is the 4 / 1 first / last layout of the Megatron-Bridge DeepSeek-V3 runs (the moe-visible cases with
     pp 16), and plan_of's PlanSpec splits as the search's stage groups do (one rule)."""
     from paraplan.search.space import Row, plan_of
+    from paraplan.specs.parallel import ParallelDims
 
     model = load_model("deepseek-v3")
     problem = SearchProblem(
@@ -257,7 +258,7 @@ def test_vary_split_offers_the_accounting_switches_splits_for_every_schedule():
     options = problem.schedule_options(16, 120)
     for schedule in ("1f1b", "zb-h1", "dualpipe"):
         assert {split for _, s, split in options if s == schedule} == set(splits)
-    row = Row(1, 16, 1, 128, "tp-cp-dp-pp", {}, 1, 15360, False, "none", False)
+    row = Row(ParallelDims(tp=1, cp=1, dp=128, pp=16), {}, 1, 15360, False, "none", False)
     for v, schedule, split in options:
         plan = plan_of(problem, row, (v, schedule, split, 1, True, True, False, False, False))
         want = [

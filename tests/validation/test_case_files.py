@@ -107,6 +107,8 @@ BAD = {
     "unknown framework": (broken(framework="megatron"), "framework"),
     "only documentation metrics": (broken(measured={"tflops_per_gpu": 400}), "measured"),
     "bad model field": (broken(model__hidden=0), "model.hidden"),
+    "more GPUs used than a domain has": (broken(gpus_per_domain_used=9), "gpus_per_domain_used"),
+    "GPUs used not a whole number": (broken(gpus_per_domain_used=4.0), "gpus_per_domain_used"),
     "bad plan field": (broken(plan__recompute="most"), "plan.recompute"),
     "system with bad unit": (
         broken(
@@ -136,6 +138,26 @@ def test_bad_case_names_case_and_field(tmp_path, case, field):
     assert "\n" not in message
     assert message.startswith("cases: case 'ok'") or message.startswith("cases: case #2"), message
     assert field in message
+
+
+def test_gpus_per_domain_used_sets_the_jobs_domain(tmp_path):
+    """A launcher that fills 4 of each 8-GPU domain: the case's system has 4-GPU domains, the rest as
+    the catalog's (validate.case_files.job_system)."""
+    (plain, used) = load_cases(
+        [write(tmp_path, [GOOD, dict(GOOD, name="half", gpus_per_domain_used=4)])]
+    )
+    assert plain.system.node.gpus_per_domain == 8 and used.system.node.gpus_per_domain == 4
+    assert used.system.node.nvlink_bandwidth == plain.system.node.nvlink_bandwidth
+
+
+def test_gb_cases_over_one_rack_use_64_gpus_per_rack():
+    """Megatron-Bridge's performance launcher asks for sbatch --segment 16 on 4-GPU trays past 18 nodes
+    (scripts/performance/utils/executors.py): every bundled GB200 / GB300 case of more than 72 GPUs is
+    priced on 64-GPU domains, the smaller ones on the catalog's 72."""
+    gb = [c for c in load_cases() if c.system.name in ("gb200-nvl72", "gb300-nvl72")]
+    assert {c.system.node.gpus_per_domain for c in gb if c.plan.gpus > 72} == {64}
+    assert {c.system.node.gpus_per_domain for c in gb if c.plan.gpus <= 72} == {72}
+    assert sum(c.plan.gpus > 72 for c in gb) == 34
 
 
 def test_documentation_keys_accepted(tmp_path):

@@ -401,6 +401,7 @@ REFERENCE = Path(__file__).resolve().parents[2] / ".." / "shared" / "reference" 
 ADDED_KEYS = (
     "framework",
     "framework_overrides",
+    "gpus_per_domain_used",
     "scope",
     "group",
 )  # what the bundled copies add to a published case (documented per file; framework_overrides: docs/model.md)

@@ -26,7 +26,7 @@ from paraplan.units import GiB
 
 if TYPE_CHECKING:
     from paraplan.search.staged.hetero import HeteroResult
-    from paraplan.step.per_stage import StagePlanEstimate
+    from paraplan.step.result import Estimate
 
 
 def resolve_cluster(
@@ -120,7 +120,7 @@ def estimate_uniform_stages(
 
 
 def print_stage_estimate(
-    est: StagePlanEstimate,
+    est: Estimate,
     model_name: str,
     cluster_name: str,
     plan_spec: StagePlanSpec,
@@ -182,7 +182,7 @@ def print_stage_estimate(
     parts.add_row("step time", f"{est.step_time_s:.4f}")
     console.print(parts)
     console.print(
-        f"{est.tokens_per_s:,.0f} tokens/s; "
+        f"{est.tokens_per_s:,.0f} tokens/s, MFU {est.mfu:.1%}; "
         + ("fits in memory" if est.fits else "does NOT fit in memory")
     )
 

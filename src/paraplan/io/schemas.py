@@ -74,6 +74,12 @@ class ValidationCase(BaseModel):
         description="profile fields where the case's recipe departs from its framework profile "
         "(validate.case_files.case_profile)",
     )
+    gpus_per_domain_used: int | None = Field(
+        None,
+        gt=0,
+        description="GPUs of each NVLink domain the run's launcher placed its ranks on, where it fills only "
+        "part of a domain (validate.case_files.job_system); None: whole domains",
+    )
     scope: str | None = Field(None, description="which memory a figure counts")
     quote: Any = Field(None, description="documentation only: the quoted source text")
     notes: Any = Field(None, description="documentation only")

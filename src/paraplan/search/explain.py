@@ -36,9 +36,9 @@ class Alternative:
 def _neighbours(problem: SearchProblem, plan: PlanSpec) -> list[tuple[str, str, dict]]:
     out = []
     degree_sets = {
-        "tp": sorted({f[0] for f in problem.factorizations}),
-        "pp": sorted({f[1] for f in problem.factorizations}),
-        "cp": sorted({f[2] for f in problem.factorizations}),
+        "tp": sorted({f.tp for f in problem.factorizations}),
+        "pp": sorted({f.pp for f in problem.factorizations}),
+        "cp": sorted({f.cp for f in problem.factorizations}),
     }
     for knob, values in degree_sets.items():
         current = getattr(plan, knob)

@@ -173,7 +173,15 @@ class GridAxes:
         return [
             o
             for o in self._state_options(dp_size)
-            if launch.state_allowed(self.framework, o.zero, *o[1:], pp, tp, fp8_primary)
+            if launch.state_allowed(
+                self.framework,
+                o.zero,
+                o.overlap_dp_grad_reduce,
+                o.overlap_param_gather,
+                pp,
+                tp,
+                fp8_primary,
+            )
         ]
 
     def _state_options(self, dp_size: int) -> list[StateOption]:

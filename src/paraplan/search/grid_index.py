@@ -59,18 +59,25 @@ class GridIndex:
         )
         offsets = np.cumsum(sizes) - sizes
         group = np.array([max(1, len(b) * len(o)) for _, b, o in self.parts], dtype=np.int64)
-        v_max = np.array([max((o[0] for o in a), default=1) for a, _, _ in self.parts], dtype=float)
+        v_max = np.array(
+            [max((o.vpp for o in a), default=1) for a, _, _ in self.parts], dtype=float
+        )
         self.lengths, self.offset = sizes[self.key_id], offsets[self.key_id]
         self.group_size, self.v_max = group[self.key_id], v_max[self.key_id]
         # rows whose grid has ZB-H1 or DualPipe: their bubble can be far below (L − F)·u / v_max
         split = np.array(
-            [any(o[1] in SPLIT_BACKWARD_SCHEDULES for o in a) for a, _, _ in self.parts], dtype=bool
+            [any(o.schedule in SPLIT_BACKWARD_SCHEDULES for o in a) for a, _, _ in self.parts],
+            dtype=bool,
         )
         self.split_backward = split[self.key_id]
         # rows whose grid has DualPipe: its overlapped pairs may take up to half of m·S off (RowTable.lower_bounds)
-        dual = np.array([any(o[1] == "dualpipe" for o in a) for a, _, _ in self.parts], dtype=bool)
+        dual = np.array(
+            [any(o.schedule == "dualpipe" for o in a) for a, _, _ in self.parts], dtype=bool
+        )
         self.dualpipe = dual[self.key_id]
-        only = np.array([bool(a) and all(o[1] == "dualpipe" for o in a) for a, _, _ in self.parts])
+        only = np.array(
+            [bool(a) and all(o.schedule == "dualpipe" for o in a) for a, _, _ in self.parts]
+        )
         self.dualpipe_only = only.astype(bool)[self.key_id]
         # every row's offload options are the problem's (space.grid_parts): a group is states × them
         counts = {len(o) for _, _, o in self.parts}

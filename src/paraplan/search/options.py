@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from paraplan.cost.comm import GroupSpan
+from paraplan.specs.parallel import ParallelDims, parse_placement, placement_label
 from paraplan.specs.plan import STATE_FIELDS, PlanSpec
 from paraplan.specs.recompute import plan_fields
 
@@ -103,15 +104,28 @@ class GridOption(NamedTuple):
         return cls(*schedule, *state, *offload)
 
 
-@dataclass
-class Row:
-    """One (degrees, placement, layer knobs) combination: everything that sets per-layer costs."""
+class Factorization(NamedTuple):
+    """Degrees tp·pp·cp·dp = gpus of the space (SearchProblem.factorizations), in the canonical order's nesting."""
 
     tp: int
     pp: int
     cp: int
     dp: int
-    placement: str
+
+
+class BatchOption(NamedTuple):
+    """A (micro-batch, global batch) pair of a data-parallel degree (SearchProblem.micro_batches)."""
+
+    micro_batch: int
+    global_batch: int
+
+
+@dataclass
+class Row:
+    """One (degrees, placement, layer knobs) combination: everything that sets per-layer costs. ``dims``
+    holds the degrees (tp, cp, dp, pp, ep, etp) and the placement order."""
+
+    dims: ParallelDims
     spans: dict[str, GroupSpan]
     micro_batch: int
     global_batch: int
@@ -120,17 +134,28 @@ class Row:
     overlap_tp_comm: bool
     tp_layout: str = "1d"
     tp_rows: int | None = None
-    ep: int = 1
-    etp: int = 1
     dispatcher: str = "alltoall"
     a2a_overlap: bool = False
 
     @property
+    def placement(self) -> str:
+        """The placement label of ``dims`` ("tp-cp-dp-pp")."""
+        return placement_label(self.dims.placement_order)
+
+    @property
     def microbatches(self) -> int:
-        return self.global_batch // (self.dp * self.micro_batch)
+        return self.global_batch // (self.dims.dp * self.micro_batch)
 
 
-# the plan fields a row sets under their own names (plan_of; its recompute mode sets two: plan_fields)
+def row_dims(
+    tp: int, pp: int, cp: int, dp: int, placement: str, expert: ExpertOption
+) -> ParallelDims:
+    """The ParallelDims of a row: its (tp, pp, cp, dp) factorization, placement label and expert option."""
+    return ParallelDims(tp, cp, dp, pp, expert.ep, expert.etp, parse_placement(placement))
+
+
+# the plan fields a row sets under their own names besides its degrees (plan_of: those come from
+# ParallelDims.plan_fields; its recompute mode sets two: plan_fields)
 ROW_FIELDS = tuple(
     name
     for name in Row.__dataclass_fields__
@@ -146,7 +171,8 @@ def rows(problem):
             for placement, spans in placements:
                 for knob in problem.layer_knobs(tp, cp):
                     for expert in problem.expert_options(tp, cp, dp):
-                        yield Row(tp, pp, cp, dp, placement, spans, mb, gb, *knob, *expert)
+                        dims = row_dims(tp, pp, cp, dp, placement, expert)
+                        yield Row(dims, spans, mb, gb, *knob, expert.dispatcher, expert.a2a_overlap)
 
 
 def grid_parts(problem, pp: int, microbatches: int, dp_size: int) -> tuple[list, list, list]:
@@ -170,7 +196,8 @@ def grid_option(parts: tuple[list, list, list], g: int) -> GridOption:
 
 def grid(problem, row: Row) -> list[GridOption]:
     """The row's candidates, in the grid's order."""
-    schedules, states, offloads = grid_parts(problem, row.pp, row.microbatches, row.dp * row.cp)
+    dims = row.dims
+    schedules, states, offloads = grid_parts(problem, dims.pp, row.microbatches, dims.dp * dims.cp)
     return [GridOption.of(a, b, c) for a in schedules for b in states for c in offloads]
 
 
@@ -181,6 +208,7 @@ def plan_of(problem, row: Row, option: GridOption) -> PlanSpec:
     return PlanSpec(
         **{name: getattr(problem, name) for name in FIXED_FIELDS},
         **problem.runtime.model_dump(),
+        **row.dims.plan_fields(),
         **{name: getattr(row, name) for name in ROW_FIELDS},
         **plan_fields(row.recompute),
         **{name: getattr(option, name) for name in STATE_FIELDS},

@@ -3,13 +3,12 @@ and the expert knobs of an expert option (search.options.ExpertOption) with the 
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 from paraplan.cost.moe import expert_dp_span
 from paraplan.graph.ops import ExpertShape
 from paraplan.graph.transformer import LayerShape
 from paraplan.search.options import ExpertOption, LayerKnob
 from paraplan.search.space import SearchProblem
+from paraplan.specs.parallel import ParallelDims
 from paraplan.step.layer_shape import layer_shape_from
 from paraplan.step.constants import stack_shape_fields
 
@@ -32,8 +31,7 @@ def expert_spans(spans: dict, tp: int, cp: int, dp: int, choice: ExpertOption, s
     """A placement's spans with the expert gradient group's span for the option's ep and etp."""
     if "expert" not in spans:
         return spans
-    ep, etp = choice[:2]
-    degrees = SimpleNamespace(tp=tp, cp=cp, dp=dp, ep=ep, etp=etp)
+    degrees = ParallelDims(tp, cp, dp, ep=choice.ep, etp=choice.etp)
     return {**spans, "expert": expert_dp_span(degrees, system)}
 
 

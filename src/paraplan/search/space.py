@@ -29,7 +29,9 @@ from paraplan.search.divisors import divisors as _divisors
 from paraplan.search.grid_axes import SCHEDULES, SPLIT_BACKWARD_SCHEDULES, GridAxes
 from paraplan.search.options import (
     NO_EXPERT_OPTION,
+    BatchOption,
     ExpertOption,
+    Factorization,
     LayerKnob,
     Row,
     grid,
@@ -108,22 +110,11 @@ def distinct_orders(
         if effective in tried:
             continue
         tried.add(effective)
-        key = placed_domains(_Degrees(*clipped, order), system)
+        key = placed_domains(ParallelDims(**sizes, placement_order=order), system)
         if key not in seen:
             seen.add(key)
             out.append(order)
     return tuple(out)
-
-
-@dataclass(frozen=True)
-class _Degrees:
-    """The parts of a plan that placement needs (``group_span`` reads degrees and the order)."""
-
-    tp: int
-    pp: int
-    cp: int
-    dp: int
-    placement_order: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -219,14 +210,14 @@ class SearchProblem(GridAxes):
                 f"(tp must divide heads={self.model.heads} and kv_heads={self.model.n_kv_heads}, pp <= layers={self.model.layers})"
             )
         self._check_expert_axes(factorizations)
-        min_dp = min(f[3] for f in factorizations)
+        min_dp = min(f.dp for f in factorizations)
         if batch < min_dp:
             raise InputError(
                 f"{field_name}: {batch} is smaller than the minimum data-parallel degree {min_dp} "
                 f"for {self.gpus} GPUs; allowed: >= {min_dp}"
             )
-        if not any(self.micro_batches(f[3]) for f in factorizations):
-            degrees = sorted({f[3] for f in factorizations})
+        if not any(self.micro_batches(f.dp) for f in factorizations):
+            degrees = sorted({f.dp for f in factorizations})
             raise InputError(
                 f"{field_name}: {batch} is not a multiple of any possible data-parallel degree for {self.gpus} GPUs "
                 f"(dp in {degrees[:12]}{' ...' if len(degrees) > 12 else ''})"
@@ -235,7 +226,7 @@ class SearchProblem(GridAxes):
 
     # ---- level 1: degrees and placement -------------------------------------------------------
     @cached_property
-    def factorizations(self) -> list[tuple[int, int, int, int]]:
+    def factorizations(self) -> list[Factorization]:
         """Every (tp, pp, cp, dp) with tp·pp·cp·dp = gpus that the model's shape allows (pp need not
         divide the layers: uneven splits follow step.schedules.layers_on_stage)."""
         m = self.model
@@ -257,7 +248,7 @@ class SearchProblem(GridAxes):
                         continue
                     if not launch.degrees_allowed(self.framework, tp, pp, cp, self.seq_length):
                         continue
-                    out.append((tp, pp, cp, self.gpus // (tp * pp * cp)))
+                    out.append(Factorization(tp, pp, cp, self.gpus // (tp * pp * cp)))
         return out
 
     def placements(
@@ -266,7 +257,10 @@ class SearchProblem(GridAxes):
         """Placement orders with distinct network spans for these degrees (first order wins; distinct_orders), with
         the spans of each."""
         return [
-            (placement_label(order), plan_spans(_Degrees(tp, pp, cp, dp, order), self.system))
+            (
+                placement_label(order),
+                plan_spans(ParallelDims(tp, cp, dp, pp, placement_order=order), self.system),
+            )
             for order in self._orders(tp, pp, cp, dp)
         ]
 
@@ -282,7 +276,7 @@ class SearchProblem(GridAxes):
         return distinct_orders(clipped, self.system, vary)
 
     # ---- level 2: knobs that set per-layer costs ----------------------------------------------
-    def micro_batches(self, dp: int) -> list[tuple[int, int]]:
+    def micro_batches(self, dp: int) -> list[BatchOption]:
         """(micro_batch, global_batch) pairs for this dp: divisors of global_batch/dp, or with
         --max-global-batch every micro-batch up to max/dp that is a power of two or divides it,
         with the batch rounded down to a multiple of dp·micro_batch (Calculon's rule)."""
@@ -290,7 +284,7 @@ class SearchProblem(GridAxes):
             if self.global_batch % dp:
                 return []
             options = _divisors(self.global_batch // dp)
-            pairs = [(mb, self.global_batch) for mb in options]
+            pairs = [BatchOption(mb, self.global_batch) for mb in options]
         else:
             top = self.max_global_batch // dp
             if top < 1:
@@ -298,9 +292,11 @@ class SearchProblem(GridAxes):
             options = sorted(
                 set(_divisors(top)) | {2**k for k in range(top.bit_length()) if 2**k <= top}
             )
-            pairs = [(mb, (self.max_global_batch // (dp * mb)) * dp * mb) for mb in options]
+            pairs = [
+                BatchOption(mb, (self.max_global_batch // (dp * mb)) * dp * mb) for mb in options
+            ]
         if self.micro_batch is not None:
-            pairs = [p for p in pairs if p[0] in self.micro_batch]
+            pairs = [p for p in pairs if p.micro_batch in self.micro_batch]
         return pairs
 
     def grids(self, tp: int) -> list[int]:

@@ -25,7 +25,7 @@ from paraplan.search.columns import (
     grid_arrays,
     plan_columns,
 )
-from paraplan.search.options import ExpertOption
+from paraplan.search.options import ExpertOption, row_dims
 from paraplan.search.row_enumeration import RowEnumeration
 from paraplan.search.shapes import expert_shape_of, layer_shape_of, shape_keys_of
 from paraplan.search.space import Row, SearchProblem
@@ -154,12 +154,16 @@ class RowTable:
 
     def row(self, i: int) -> Row:
         c = self.columns
+        expert = ExpertOption(*self.expert_choices[c["expert"][i]])
         return Row(
-            int(c["tp"][i]),
-            int(c["pp"][i]),
-            int(c["cp"][i]),
-            int(c["dp"][i]),
-            self.placement_names[c["placement"][i]],
+            row_dims(
+                int(c["tp"][i]),
+                int(c["pp"][i]),
+                int(c["cp"][i]),
+                int(c["dp"][i]),
+                self.placement_names[c["placement"][i]],
+                expert,
+            ),
             {},
             int(c["micro_batch"][i]),
             int(c["global_batch"][i]),
@@ -168,7 +172,8 @@ class RowTable:
             bool(c["overlap_tp"][i]),
             TP_LAYOUTS[int(c["layout"][i])],
             int(c["tp_rows"][i]) or None,
-            *ExpertOption(*self.expert_choices[c["expert"][i]]),
+            expert.dispatcher,
+            expert.a2a_overlap,
         )
 
     def inputs(self, index: np.ndarray, grid_values: dict[str, np.ndarray]) -> StepInputs:
@@ -314,7 +319,7 @@ class RowTable:
         statics, c = self._all_statics(), self.columns
         least = None
         for kind in self.layer_kinds:
-            compute = stack([s[0] for s in statics[kind]], c["cost_id"])
+            compute = stack([compute for compute, *_ in statics[kind]], c["cost_id"])
             work = kind_compute_floor(kind, compute, c["recompute"])
             least = work if least is None else np.minimum(least, work)
         return np.broadcast_to(least, (self.size,))

@@ -77,6 +77,10 @@ def derive_dp(gpus: int, degrees: dict[str, int]) -> int | None:
     return gpus // other
 
 
+# ParallelDims' degrees, each a PlanSpec field of the same name
+DEGREE_FIELDS: tuple[str, ...] = ("tp", "cp", "dp", "pp", "ep", "etp")
+
+
 @dataclass(frozen=True, slots=True)
 class ParallelDims:
     """The degrees of one plan, or of one stage of a per-stage plan, and their order on the network.
@@ -110,3 +114,8 @@ class ParallelDims:
     def edp(self) -> int:
         """Expert-data-parallel degree: tp·cp·dp / (ep·etp) (Megatron-Core parallel_state)."""
         return self.stage_gpus // (self.ep * self.etp)
+
+    def plan_fields(self) -> dict:
+        """The PlanSpec fields these set: the degrees and the placement label (PlanSpec.dims' inverse)."""
+        degrees = {name: getattr(self, name) for name in DEGREE_FIELDS}
+        return {**degrees, "placement": placement_label(self.placement_order)}

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from paraplan.specs.parallel import DEFAULT_PLACEMENT_LABEL
 from paraplan.specs.plan import PlanSpec
-from paraplan.specs.recompute import mode_of
+from paraplan.specs.recompute import mode_of, recompute_label
+from paraplan.specs.stage_plan import StagePlanSpec
 from paraplan.specs.tp_layout import grid_shape
 
 
@@ -69,6 +70,25 @@ def plan_label(plan: PlanSpec) -> str:
     return " ".join(parts)
 
 
-def plan_text(plan: PlanSpec | dict) -> str:
-    """plan_label of a PlanSpec or of a plan dict (validated as a PlanSpec)."""
+def stage_plan_label(plan: StagePlanSpec) -> str:
+    """Compact text of a per-stage plan: stages, micro-batches, schedule, ZeRO, then per stage its GPUs
+    (count and pool), degrees, recompute (specs.recompute.recompute_label) and layers or blocks."""
+    head = f"pp{plan.pp} m{plan.n_microbatches} {plan.schedule}"
+    head += (f"/v{plan.vpp}" if plan.vpp > 1 else "") + f" zero{plan.zero}"
+    stages = []
+    for s in plan.stages:
+        devices = "+".join(f"{d.gpus} {d.pool}" for d in s.devices)
+        span = f"L{s.layers}" if s.layers is not None else f"b{s.blocks[0]}-{s.blocks[1]}"
+        rc = recompute_label(s.recompute, s.recompute_ops)
+        stages.append(f"{devices} tp{s.tp} dp{s.data_parallel} rc:{rc} {span}")
+    return head + ": " + " | ".join(stages)
+
+
+def plan_text(plan: PlanSpec | StagePlanSpec | dict) -> str:
+    """plan_label of a PlanSpec or of a plan dict (validated as a PlanSpec); stage_plan_label of a
+    StagePlanSpec or of a dict with a ``stages`` list or tuple (a per-stage plan's dump)."""
+    if isinstance(plan, StagePlanSpec):
+        return stage_plan_label(plan)
+    if isinstance(plan, dict) and isinstance(plan.get("stages"), (list, tuple)):
+        return stage_plan_label(StagePlanSpec.model_validate(plan))
     return plan_label(plan if isinstance(plan, PlanSpec) else PlanSpec.model_validate(plan))

@@ -83,6 +83,12 @@ def stage_mode(recompute: str, ops: tuple[str, ...] = ()) -> str | None:
     return found[0] if found else None
 
 
+def recompute_label(recompute: str, recompute_ops: tuple[str, ...]) -> str:
+    """A stage's recompute as the trajectory and plan labels show it: the mode (``stage_mode``), or
+    'ops a+b' per op."""
+    return stage_mode(recompute, recompute_ops) or "ops " + "+".join(recompute_ops)
+
+
 def modules_of(recompute: str, modules: tuple[str, ...] | None = None) -> tuple[str, ...]:
     """Modules selective recomputation re-runs: the plan's list, else Megatron-LM's default
     ``core_attn`` (--recompute-modules); none without selective recompute."""

@@ -30,7 +30,7 @@ The model (issue 10, "The model"):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, fields, replace
 from functools import lru_cache
 
 import numpy as np
@@ -67,12 +67,18 @@ from paraplan.step.compose import (
 from paraplan.step.engines import EngineRules, grad_accumulation_bytes
 from paraplan.step.p2p import exchanges
 from paraplan.step.layout import RangeBlocks, prefix_counts, range_stage, stage_at
-from paraplan.step.result import StageMemory, TimeBreakdown
+from paraplan.step.result import Estimate, StageMemory, TimeBreakdown
 from paraplan.step.stage_blocks import (
     distinct_blocks,
     per_block_parts,
     pool_units,
     recomputable_names,
+)
+from paraplan.step.stage_totals import (
+    stage_plan_fields,
+    stage_plan_flops,
+    stage_plan_system,
+    stage_slices_peak_flops,
 )
 from paraplan.step.stage_links import (  # noqa: F401 (re-exported: the searches and the tests read them here)
     Common,
@@ -93,7 +99,7 @@ from paraplan.step.stage_links import (  # noqa: F401 (re-exported: the searches
 @dataclass(frozen=True)
 class StageCost:
     """One stage's parameters (its dense gradient group) and memory; its time is compose_step's
-    (StagePlanEstimate.stage_work_s, stage_tail_s)."""
+    (step.result.Estimate.stage_work_s, stage_tail_s)."""
 
     params: float
     memory: StageMemory
@@ -104,7 +110,7 @@ def layer_shape_for(common: Common, setting: StageSetting) -> LayerShape:
     """A stage's layer shape (step.layer_shape.layer_shape_from): its tp and micro-batch, no context parallelism,
     the stage's per-op recompute list as modules; each pool adds its stack's fields (``stage_arrays``)."""
     return layer_shape_from(
-        setting.tp,
+        setting.dims.tp,
         1,
         setting.micro_batch,
         common.seq_length,
@@ -163,7 +169,7 @@ def stage_arrays(
                 **stack_shape_fields(system),
             ),
             recompute,
-            setting.pp == 1,
+            setting.dims.pp == 1,
             rules,
             common.overlap_tp_comm,
         )
@@ -200,10 +206,10 @@ def stage_arrays(
     )
     inputs = StepInputs(
         stages=(),
-        pp=setting.pp,
+        pp=setting.dims.pp,
         microbatches=setting.microbatches,
         gradient_groups={
-            "dense": stage_gradient_group(cluster, setting.slices, setting.tp, setting.dp)
+            "dense": stage_gradient_group(cluster, setting.slices, setting.dims.tp, setting.dims.dp)
         },
         knobs=knobs,
         **terms,
@@ -231,15 +237,15 @@ def stage_p2p(
     wrapping exchanges (interleaved) carry an activation of the size its other boundary carries, so the
     first stage's count on them under [b] and the last stage's under [a]."""
     rules = common.rules
-    with_prev, with_next = (float(n) for n in exchanges(setting.index, setting.pp, common.vpp))
+    with_prev, with_next = (float(n) for n in exchanges(setting.index, setting.dims.pp, common.vpp))
     back = with_prev * p2p_exchange_s(cluster, rules, common, prev, setting, sent, receiver=True)
     ahead = with_next * p2p_exchange_s(cluster, rules, common, setting, nxt, sent, receiver=False)
     zero = np.zeros(len(sent))
-    if setting.pp == 1:
+    if setting.dims.pp == 1:
         return zero, zero
     if setting.index == 0:
         return zero, back + ahead
-    if setting.index == setting.pp - 1:
+    if setting.index == setting.dims.pp - 1:
         return back + ahead, zero
     return back, ahead
 
@@ -284,47 +290,6 @@ def stage_cost(stage: Stage, index: int, capacity_bytes: float) -> StageCost:
     return StageCost(float(stage_params(stage, "dense")), memory)
 
 
-@dataclass(frozen=True)
-class StagePlanEstimate:
-    """Step time and per-stage details of a non-uniform plan."""
-
-    step_time_s: float
-    breakdown: TimeBreakdown
-    stage_work_s: tuple[float, ...]
-    stage_tail_s: tuple[float, ...]
-    stages: tuple[StageMemory, ...]
-    stage_summary: tuple[dict, ...] = field(default_factory=tuple)
-    gpus: int = 0
-    tokens_per_step: int = 0
-    problems: tuple[
-        str, ...
-    ] = ()  # why the plan cannot run at all, whatever its memory (runnable_problems)
-
-    @property
-    def fits(self) -> bool:
-        return all(s.fits for s in self.stages) and not self.problems
-
-    @property
-    def tokens_per_s(self) -> float:
-        return self.tokens_per_step / self.step_time_s
-
-    def to_dict(self) -> dict:
-        return {
-            "step_time_s": self.step_time_s,
-            "tokens_per_s": self.tokens_per_s,
-            "fits": self.fits,
-            "problems": list(self.problems),
-            "gpus": self.gpus,
-            "breakdown": self.breakdown.__dict__,
-            "stages": [
-                s | {"work_per_microbatch_s": w, "tail_s": t} | m.to_dict()
-                for s, w, t, m in zip(
-                    self.stage_summary, self.stage_work_s, self.stage_tail_s, self.stages
-                )
-            ],
-        }
-
-
 def common_of(plan) -> Common:
     """The plan-wide settings of a StagePlanSpec, or of a per-stage search problem stating the same fields
     (search.staged.hetero.HeteroProblem, whose run-wide knobs are one RuntimeFields, ``runtime``)."""
@@ -350,13 +315,11 @@ def stage_settings(plan: StagePlanSpec, cluster: ClusterSpec) -> list[StageSetti
     return [
         StageSetting(
             tuple(devices[i]),
-            s.tp,
-            s.data_parallel,
+            replace(s.dims, pp=plan.pp),
             plan.stage_micro_batch(i),
             s.recompute,
             s.recompute_ops,
             i,
-            plan.pp,
             plan.n_microbatches,
         )
         for i, s in enumerate(plan.stages)
@@ -385,9 +348,11 @@ def compose_stages(
 
 def estimate_stage_plan(
     model: ModelSpec, cluster: ClusterSpec, plan: StagePlanSpec, rules: EngineRules | None = None
-) -> StagePlanEstimate:
-    """Predict the step time and memory per stage of a non-uniform plan (module docstring); ``rules``, when
-    given, replace the plan engine's ENGINES entry (validate.cv refits their fitted constants)."""
+) -> Estimate:
+    """Predict the step time and memory per stage of a non-uniform plan (module docstring) as the uniform
+    path's step.result.Estimate, with its per-stage fields filled and the plan-wide totals of
+    step.stage_totals; ``rules``, when given, replace the plan engine's ENGINES entry (validate.cv
+    refits their fitted constants)."""
     check_stage_plan(plan, model, cluster)
     for i, s in enumerate(plan.stages):
         if s.recompute_ops:
@@ -414,22 +379,32 @@ def estimate_stage_plan(
             "blocks": [a, b],
             "layers": sum(1 for ref in model_blocks(model)[a:b] if ref.is_layer),
             "devices": [{"pool": p, "gpus": n} for p, _, n in st.slices],
-            "tp": st.tp,
-            "dp": st.dp,
+            "tp": st.dims.tp,
+            "dp": st.dims.dp,
             "micro_batch": st.micro_batch,
             "recompute": _recompute_mode(st),
         }
         for i, (st, (a, b)) in enumerate(zip(settings, ranges))
     )
-    return StagePlanEstimate(
+    model_flops, hardware_flops = stage_plan_flops(
+        model, plan, [s["layers"] for s in summary], [s["recompute"] for s in summary]
+    )
+    slices = [st.slices for st in settings]
+    return Estimate(
+        model=model.name,
+        system=stage_plan_system(cluster, slices),
+        plan=stage_plan_fields(plan),
         step_time_s=step,
         breakdown=breakdown,
+        stages=tuple(c.memory for c in costs),
+        tokens_per_step=plan.global_batch * plan.seq_length,
+        model_flops_per_step=model_flops,
+        hardware_flops_per_step=hardware_flops,
+        peak_flops_per_gpu=stage_slices_peak_flops(cluster, slices, plan.dtype),
+        gpus=plan.gpus,
         stage_work_s=works,
         stage_tail_s=tails,
-        stages=tuple(c.memory for c in costs),
         stage_summary=summary,
-        gpus=plan.gpus,
-        tokens_per_step=plan.global_batch * plan.seq_length,
         problems=runnable_problems(costs),
     )
 

@@ -150,7 +150,13 @@ class CommCost:
 
 @dataclass(frozen=True)
 class Estimate:
-    """Everything paraplan predicts for one plan."""
+    """Everything paraplan predicts for one plan, uniform (step.estimate) or per-stage
+    (step.per_stage.estimate_stage_plan: ``plan`` is then a StagePlanSpec's dump, ``system`` the name
+    of the one system its stages use or else the cluster's, ``peak_flops_per_gpu`` the mean over its
+    GPUs). A per-stage plan also fills ``stage_work_s`` (each stage's work per micro-batch),
+    ``stage_tail_s`` (each stage's exposed DP sync + optimizer), ``stage_summary`` (each stage's
+    blocks, devices and degrees) and ``problems`` (why it cannot run whatever its memory); a uniform
+    plan leaves them empty."""
 
     model: str
     system: str
@@ -165,6 +171,15 @@ class Estimate:
     gpus: int
     ops: tuple[OpCost, ...] = field(default=())
     comms: tuple[CommCost, ...] = field(default=())
+    stage_work_s: tuple[float, ...] = ()
+    stage_tail_s: tuple[float, ...] = ()
+    stage_summary: tuple[dict, ...] = ()
+    problems: tuple[str, ...] = ()
+
+    @property
+    def per_stage(self) -> bool:
+        """True for a per-stage plan's result (its stage fields are filled)."""
+        return bool(self.stage_summary)
 
     def __repr__(self) -> str:
         """One line: model, system, plan label, step time, MFU, peak memory, fit (the fields are in
@@ -227,12 +242,15 @@ class Estimate:
 
     @property
     def fits(self) -> bool:
-        return all(s.fits for s in self.stages)
+        return all(s.fits for s in self.stages) and not self.problems
 
     @property
     def fit(self) -> str:
         """'fits', 'uncertain' or 'does not fit' (step.margin.fit_verdict on each stage's GPU memory; a stage
-        whose offload overflows the host memory does not fit): the worst stage's verdict."""
+        whose offload overflows the host memory does not fit): the worst stage's verdict; a plan with
+        ``problems`` does not fit."""
+        if self.problems:
+            return DOES_NOT_FIT
         verdicts = [
             DOES_NOT_FIT
             if s.host_bytes > s.host_capacity_bytes
@@ -275,4 +293,21 @@ class Estimate:
         if include_ops:
             out["ops"] = [asdict(o) for o in self.ops]
             out["communication"] = [asdict(c) for c in self.comms]
+        if self.per_stage:
+            out |= self._stage_dict()
         return out
+
+    def _stage_dict(self) -> dict:
+        """A per-stage plan's keys: fits, problems, gpus and each stage's summary, work per
+        micro-batch, tail and memory (``stages``)."""
+        return {
+            "fits": self.fits,
+            "problems": list(self.problems),
+            "gpus": self.gpus,
+            "stages": [
+                s | {"work_per_microbatch_s": w, "tail_s": t} | m.to_dict()
+                for s, w, t, m in zip(
+                    self.stage_summary, self.stage_work_s, self.stage_tail_s, self.stages
+                )
+            ],
+        }

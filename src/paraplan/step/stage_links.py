@@ -15,6 +15,7 @@ import numpy as np
 from paraplan.cost.comm import GroupSpan, linear_collective, span_of_domains
 from paraplan.specs.cluster import ClusterSpec
 from paraplan.specs.model import ModelSpec
+from paraplan.specs.parallel import ParallelDims
 from paraplan.specs.plan import RuntimeFields
 from paraplan.specs.system import SystemSpec
 from paraplan.step.build import gradient_group
@@ -32,17 +33,16 @@ from paraplan.step.engines import (
 
 @dataclass(frozen=True)
 class StageSetting:
-    """What a stage is, apart from its blocks: GPUs (per pool: first index, count), tp, dp, per-GPU
-    micro-batch, recompute, position in a pipeline of ``pp`` stages with ``microbatches`` micro-batches."""
+    """What a stage is, apart from its blocks: GPUs (per pool: first index, count), degrees (``dims``: the
+    stage's tp and dp, the pipeline's pp), per-GPU micro-batch, recompute, position ``index`` in the
+    pipeline of ``dims.pp`` stages with ``microbatches`` micro-batches."""
 
     slices: tuple[tuple[str, int, int], ...]
-    tp: int
-    dp: int
+    dims: ParallelDims
     micro_batch: int
     recompute: str
     recompute_ops: tuple[str, ...]
     index: int
-    pp: int
     microbatches: int
 
 
@@ -208,7 +208,7 @@ def p2p_time_s(
     ``size_bytes`` being that side's per-GPU bytes (floats or numpy arrays): the slowest replica of
     Σ_peers (size/k)/rate_peer + latency_peer over its k peers (Hockney's α + n/β per message, Hockney
     1994; the bytes split evenly over the peers, sent one after the other as blocking point-to-point)."""
-    sides = p2p_links(cluster, a.slices, a.tp, b.slices, b.tp, receiver)
+    sides = p2p_links(cluster, a.slices, a.dims.tp, b.slices, b.dims.tp, receiver)
     size = np.asarray(size_bytes, dtype=float)
     worst = np.max(
         [sum(size / len(peers) / rate + lat for rate, lat in peers) for peers in sides], axis=0
@@ -235,9 +235,9 @@ def p2p_exchange_s(
     if a is None or b is None:
         return np.zeros(len(sent_bytes))
     own = b if receiver else a  # sent_bytes are this side's (its micro-batch and tp)
-    whole = sent_bytes * own.tp
-    fwd = forward_transfer_bytes(rules, whole, own.tp, common.seq_length)
-    bwd = backward_transfer_bytes(rules, whole, own.tp)
+    whole = sent_bytes * own.dims.tp
+    fwd = forward_transfer_bytes(rules, whole, own.dims.tp, common.seq_length)
+    bwd = backward_transfer_bytes(rules, whole, own.dims.tp)
     transfers = rules.transfers_per_neighbour or stack_transfers(cluster, a, b)
     if transfers == 1:
         out = p2p_time_s(cluster, a, b, np.maximum(fwd, bwd), receiver)
@@ -245,9 +245,11 @@ def p2p_exchange_s(
         out = (transfers / 2.0) * (
             p2p_time_s(cluster, a, b, fwd, receiver) + p2p_time_s(cluster, a, b, bwd, receiver)
         )
-    if receiver and rules.gather_after_recv and rules.p2p_split_over_tp and b.tp > 1:
+    if receiver and rules.gather_after_recv and rules.p2p_split_over_tp and b.dims.tp > 1:
         system = cluster.pool(b.slices[0][0]).system
-        out = out + linear_collective("all_gather", tp_span(system, b.tp), system).time_s(whole)
+        out = out + linear_collective("all_gather", tp_span(system, b.dims.tp), system).time_s(
+            whole
+        )
     return out
 
 
@@ -283,7 +285,7 @@ def tied_embedding_sync_s(
     use (every GPU of both stages sending at once), at the engine's tied_grad_bytes, or where it leaves them
     to the stack (0), the run's gradient-reduction bytes on the first stage's GPUs
     (step.constants.grad_reduce_bytes, as a uniform plan's StepInputs.grad_reduce_bytes)."""
-    elements = tied_embedding_elements(model, first.tp)
+    elements = tied_embedding_elements(model, first.dims.tp)
     if not elements or first.index == last.index:
         return 0.0
     members = [_member_gpus(first)[0], _member_gpus(last)[0]]

@@ -28,7 +28,10 @@ Documentation keys (``DOC_KEYS``: ``notes``, ``group``, ``tier``, ``confidence``
 cross-validation group, default: the file stem). ``framework`` names a framework profile
 (paraplan.cost.frameworks) that sets the implementation defaults of the run; ``framework_overrides`` (a mapping of
 profile fields) states where the case's own recipe departs from that profile, e.g. a CUDA-graph scope its model's
-configuration leaves off, cited in its notes. Measured keys in
+configuration leaves off, cited in its notes. ``gpus_per_domain_used`` states how the run's launcher placed it
+(``job_system``): the GPUs of each NVLink domain its ranks occupy, where the launcher fills only part of each
+domain (Megatron-Bridge's performance launcher asks Slurm for ``--segment`` of 16 four-GPU trays on NVL72 racks of
+18, so each rack holds 64 of the job's ranks); the case's system is priced with that domain size. Measured keys in
 ``DOC_METRICS`` (``tflops_per_gpu``, ...) are accepted and not compared.
 """
 
@@ -46,6 +49,7 @@ from pydantic import ValidationError
 from paraplan.catalog import load_framework, load_model, load_system
 from paraplan.cost.frameworks import apply_framework
 from paraplan.specs.errors import InputError, UnknownNameError
+from paraplan.specs.fields import with_fields
 from paraplan.specs.framework import FrameworkSpec
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.plan import PlanSpec, plan_input_error
@@ -65,7 +69,7 @@ METRICS = (
 DOC_METRICS = ("tflops_per_gpu", "tokens_per_s_per_gpu", "mfu")
 CASE_KEYS = ("name", "source", "model", "system", "plan", "measured")
 DOC_KEYS = ("notes", "group", "tier", "confidence", "derived", "quote", "record", "config_id")
-OPTIONAL_KEYS = ("framework", "framework_overrides", "scope", *DOC_KEYS)
+OPTIONAL_KEYS = ("framework", "framework_overrides", "gpus_per_domain_used", "scope", *DOC_KEYS)
 
 SCOPE_TRANSFORMER = "transformer_layers"
 SCOPE_STAGE = "stage"
@@ -216,6 +220,22 @@ def _check_keys(raw: dict) -> None:
         )
 
 
+def job_system(system: SystemSpec, used: Any) -> SystemSpec:
+    """The system as the run's job sees it: where its launcher placed ``used`` ranks in each NVLink domain
+    (``gpus_per_domain_used``, at most the domain's GPUs), every scale-up group of the job spans domains of
+    ``used`` GPUs, so node.gpus_per_domain = ``used`` (the CLI's ``--set node.gpus_per_domain=N``); None: the
+    job fills whole domains (module docstring)."""
+    if used is None:
+        return system
+    domain = system.node.gpus_per_domain
+    if isinstance(used, bool) or not isinstance(used, int) or not 0 < used <= domain:
+        raise InputError(
+            f"gpus_per_domain_used: {used!r} is not allowed; give a whole number of GPUs from 1 to the "
+            f"system's node.gpus_per_domain ({domain})"
+        )
+    return with_fields(system, {"node.gpus_per_domain": used})
+
+
 def case_profile(framework: str, overrides: dict) -> FrameworkSpec:
     """The case's framework profile with ``framework_overrides`` applied: the fields where this case's recipe
     differs from its stack's profile (e.g. a per-model CUDA-graph scope), each cited in the case's notes."""
@@ -259,6 +279,7 @@ def _case_from_raw(raw: Any, file: str, index: int) -> Case | UnsupportedCase:
             # (checked before reading, never shown: catalog.referenced_file_error)
             model = _expressible(load_model, raw["model"], "model", True)
             system = _expressible(load_system, raw["system"], "system", True)
+            system = job_system(system, raw.get("gpus_per_domain_used"))
             plan_fields = raw["plan"]
             framework, outside = raw.get("framework"), None
             if framework is not None:

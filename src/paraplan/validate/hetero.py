@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from paraplan.catalog import load_model
-from paraplan.step.per_stage import StagePlanEstimate, estimate_stage_plan
+from paraplan.step.per_stage import estimate_stage_plan
+from paraplan.step.result import Estimate
 from paraplan.catalog.clusters import cluster_from_dict
 from paraplan.specs.cluster import ClusterSpec
 from paraplan.specs.errors import InputError
@@ -143,7 +144,7 @@ def load_hetero_cases(paths=None) -> list[HeteroCase]:
     return cases
 
 
-def _predicted(est: StagePlanEstimate) -> dict[str, Any]:
+def _predicted(est: Estimate) -> dict[str, Any]:
     peak = max(est.stages, key=lambda s: s.peak_bytes / s.capacity_bytes)
     return {
         "step_time_s": est.step_time_s,

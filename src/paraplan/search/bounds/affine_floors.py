@@ -90,7 +90,8 @@ def affine_floors(problem: SearchProblem, keys: list) -> dict | None:
         return None
     by_tp: dict[int, list] = {}
     for key in keys:
-        by_tp.setdefault(key[0], []).append(key)
+        tp, _, _ = key  # (tp, cp, micro-batch)
+        by_tp.setdefault(tp, []).append(key)
     out = {}
     for tp, members in by_tp.items():
         experts = costing_experts(problem, tp)

@@ -27,7 +27,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from paraplan.specs.recompute import COMMON_MODES, stage_fields, stage_mode
+from paraplan.specs.recompute import (  # noqa: F401 (recompute_label re-exported for the searches)
+    COMMON_MODES,
+    recompute_label,
+    stage_fields,
+    stage_mode,
+)
 from paraplan.specs.rules import stage_degree_rule
 
 
@@ -42,12 +47,6 @@ class StageConfig:
     @property
     def dp(self) -> int:
         return self.gpus // self.tp
-
-
-def recompute_label(recompute: str, recompute_ops: tuple[str, ...]) -> str:
-    """A stage's recompute as the trajectory and plan labels show it: the mode (specs.recompute.stage_mode),
-    or 'ops a+b' per op."""
-    return stage_mode(recompute, recompute_ops) or "ops " + "+".join(recompute_ops)
 
 
 @dataclass(frozen=True)

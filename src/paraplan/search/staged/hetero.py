@@ -115,7 +115,7 @@ def _plan_from(
     stages = []
     for st, a, b in zip(settings, bounds, bounds[1:]):
         devices = [{"pool": p, "gpus": c} for p, _, c in st.slices]
-        stage = {"devices": devices, "blocks": [a, b], "tp": st.tp, "recompute": st.recompute}
+        stage = {"devices": devices, "blocks": [a, b], "tp": st.dims.tp, "recompute": st.recompute}
         if st.recompute_ops:
             stage["recompute_ops"] = list(st.recompute_ops)
         stages.append(stage)
@@ -146,11 +146,13 @@ def _label(settings: list[StageSetting], bounds, order) -> str:
     def rc(s: StageSetting) -> str:
         return recompute_label(s.recompute, s.recompute_ops)
 
-    uniform = all(s.tp == st.tp and s.dp == st.dp and rc(s) == rc(st) for s in settings)
+    uniform = all(
+        s.dims.tp == st.dims.tp and s.dims.dp == st.dims.dp and rc(s) == rc(st) for s in settings
+    )
     head = (
-        f"tp{st.tp} dp{st.dp} pp{len(settings)} mb{st.micro_batch} rc {rc(st)}"
+        f"tp{st.dims.tp} dp{st.dims.dp} pp{len(settings)} mb{st.micro_batch} rc {rc(st)}"
         if uniform
-        else "per-stage " + " | ".join(f"{s.tp}x{s.dp} {rc(s)}" for s in settings)
+        else "per-stage " + " | ".join(f"{s.dims.tp}x{s.dims.dp} {rc(s)}" for s in settings)
     )
     return f"{head}; pools {'>'.join(order)}; blocks/stage {layers}"
 
@@ -254,14 +256,12 @@ def _candidates(
         progress[0] += 1
         gpu_list = _gpu_list(problem.cluster, order)
         for dims, mb, m in degrees:
-            tp, dp, pp, per = dims.tp, dims.dp, dims.pp, dims.stage_gpus
+            pp, per = dims.pp, dims.stage_gpus
             slices = [_slices(gpu_list[k * per : (k + 1) * per]) for k in range(pp)]
             if not all(_stage_ok(problem, k, dims, slices[k], m) for k in range(pp)):
                 continue  # a stage straddles two pools with part of a TP group in each
             for rc, ops in stated:
-                settings = [
-                    StageSetting(slices[k], tp, dp, mb, rc, ops, k, pp, m) for k in range(pp)
-                ]
+                settings = [StageSetting(slices[k], dims, mb, rc, ops, k, m) for k in range(pp)]
                 if launchable(problem, settings):
                     progress[1] += 1
                     yield settings, m, order

@@ -69,9 +69,7 @@ def _stage_settings_from(
             return None
         micro_batch = problem.global_batch // (microbatches * dims.dp)
         rc, ops = c.recompute, c.recompute_ops
-        out.append(
-            StageSetting(slices, c.tp, dims.dp, micro_batch, rc, ops, i, dims.pp, microbatches)
-        )
+        out.append(StageSetting(slices, dims, micro_batch, rc, ops, i, microbatches))
         offset += c.gpus
     return out if offset == pool.gpu_count and launchable(problem, out) else None
 

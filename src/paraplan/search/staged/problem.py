@@ -111,5 +111,5 @@ def under_profile(
 
 def launchable(problem: HeteroProblem, settings: list[StageSetting]) -> bool:
     """Does the framework's launcher run these stage settings (search.launch.stage_plan_allowed)?"""
-    stages = [(s.tp, s.dp, s.recompute, tuple(s.recompute_ops)) for s in settings]
+    stages = [(s.dims.tp, s.dims.dp, s.recompute, tuple(s.recompute_ops)) for s in settings]
     return launch.stage_plan_allowed(problem.framework, problem, stages)

@@ -1,0 +1,70 @@
+"""One value for a plan's degrees (issue 31): search rows and per-stage settings carry a specs.parallel.ParallelDims,
+and a row's plan takes its degrees and placement from it (ParallelDims.plan_fields, PlanSpec.dims' inverse)."""
+
+from __future__ import annotations
+
+from paraplan.catalog import load_model, load_system
+from paraplan.catalog.clusters import cluster_from_dict
+from paraplan.search.space import SearchProblem, grid, plan_of, rows
+from paraplan.specs.parallel import ParallelDims
+from paraplan.specs.stage_plan import stage_plan_from_dict
+from paraplan.step.per_stage import stage_settings
+
+
+def test_plan_fields_are_the_degrees_and_the_placement_label():
+    dims = ParallelDims(
+        tp=2, cp=1, dp=4, pp=8, ep=4, etp=1, placement_order=("dp", "tp", "cp", "pp")
+    )
+    assert dims.plan_fields() == {
+        "tp": 2,
+        "cp": 1,
+        "dp": 4,
+        "pp": 8,
+        "ep": 4,
+        "etp": 1,
+        "placement": "dp-tp-cp-pp",
+    }
+
+
+def test_a_rows_plan_has_the_rows_dims():
+    """Every candidate plan of a small space has its row's ParallelDims (degrees and placement order), and the
+    row's placement label is that order's."""
+    problem = SearchProblem(
+        model=load_model("gpt3-1.3b"),
+        system=load_system("dgx-a100-80gb"),
+        gpus=16,
+        seq_length=2048,
+        global_batch=32,
+        micro_batch=(1,),
+        vary_offload=False,
+        vary_overlap=False,
+    )
+    seen = set()
+    for row in rows(problem):
+        plan = plan_of(problem, row, grid(problem, row)[0])
+        assert plan.dims == row.dims
+        assert plan.placement == row.placement == "-".join(row.dims.placement_order)
+        assert row.microbatches == 32 // row.dims.dp
+        seen.add(row.dims.placement_order)
+    assert len(seen) > 1  # placements other than the default were enumerated
+
+
+def test_stage_settings_carry_the_stage_degrees_and_the_pipeline_depth():
+    """A per-stage plan's settings: each stage's tp and dp (gpus / tp) and the plan's pp, in one ParallelDims."""
+    cluster = cluster_from_dict({"pools": [{"name": "a", "system": "dgx-a100-80gb", "nodes": 1}]})
+    plan = stage_plan_from_dict(
+        {
+            "global_batch": 16,
+            "seq_length": 1024,
+            "microbatches": 4,
+            "stages": [
+                {"pool": "a", "gpus": 4, "layers": 5, "tp": 2},
+                {"pool": "a", "gpus": 4, "layers": 3, "tp": 1},
+            ],
+        }
+    )
+    settings = stage_settings(plan, cluster)
+    assert [s.dims for s in settings] == [
+        ParallelDims(tp=2, dp=2, pp=2),
+        ParallelDims(tp=1, dp=4, pp=2),
+    ]
