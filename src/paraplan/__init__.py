@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 _EXPORTS = {
     "estimate": "paraplan.api",
     "search": "paraplan.api",
+    "estimate_stages": "paraplan.api",
     "search_problem": "paraplan.api",
     "validate": "paraplan.api",
     "plan_label": "paraplan.api",

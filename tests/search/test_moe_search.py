@@ -309,8 +309,14 @@ def test_cli_vary_split_finds_the_uneven_layouts_deepseek_v3_runs_use(capsys):
         and not plain["problem"]["restrictions"]["vary_split"]
     )
     plain, varied = plain["plans"][0], varied["plans"][0]
-    assert not plain["plan"].get("loss_as_layer") and varied["plan"]["loss_as_layer"]
-    assert not varied["plan"].get("embedding_as_layer")
+    # the loss-only split (loss and MTP as layers, the embedding not) is vary_split's: the plain search may still
+    # count both as layers for interleaving (grid_axes._interleave_options), as its best plan does since the MLA
+    # activation correction (graph.mla.attention_activation_bytes) lets vpp 2 fit
+    loss_only = [
+        p["plan"].get("loss_as_layer") and not p["plan"].get("embedding_as_layer")
+        for p in (plain, varied)
+    ]
+    assert loss_only == [False, True]
     assert varied["step_time_s"] < 0.9 * plain["step_time_s"]
 
 

@@ -57,6 +57,8 @@ def test_bundled_files_load():
         "mbridge-2604.json",
         "mbridge-260201.json",
         "mbridge-2608.json",
+        "mbridge-moe-b300.json",
+        "mbridge-260601.json",
     } <= set(names)
     cases = load_cases()
     # 118 + the held-out FSDP-stack sets (20 llm-foundry, 23 torchtitan) + BLOOM-176B (1) + MaxText (1 + 4)
@@ -68,9 +70,11 @@ def test_bundled_files_load():
     # + Megatron-Bridge 26.02 NVFP4 rows on GB200 / GB300 (4)
     # + Megatron-Bridge 25.11 / 26.02 MoE rows on DGX B200 / H100 / GB200 / GB300 (mbridge-moe-more, 14)
     # + Megatron-Bridge 26.04 rows whose model and GPU the catalog has (mbridge-2604.json, 13 dense + 19 MoE)
-    # + Megatron-Bridge 26.02.01 MoE rows (mbridge-260201.json, 19)
+    # + Megatron-Bridge 26.02.01 rows (mbridge-260201.json, 19 MoE + 13 dense)
     # + Megatron-Bridge 26.08 MoE rows whose model and GPU the catalog has (mbridge-2608.json, 8)
-    assert len(cases) == 309 and len({(c.file, c.name) for c in cases}) == 309
+    # + Megatron-Bridge 26.02 MoE rows on DGX B300 (mbridge-moe-b300.json, 4)
+    # + Megatron-Bridge 26.06.01 MoE rows whose model and GPU the catalog has (mbridge-260601.json, 8)
+    assert len(cases) == 334 and len({(c.file, c.name) for c in cases}) == 334
 
 
 @pytest.mark.parametrize("suffix", [".json", ".yaml"])
@@ -153,7 +157,8 @@ def test_gb_cases_over_one_rack_use_64_gpus_per_rack():
     gb = [c for c in load_cases() if c.system.name in ("gb200-nvl72", "gb300-nvl72")]
     assert {c.system.node.gpus_per_domain for c in gb if c.plan.gpus > 72} == {64}
     assert {c.system.node.gpus_per_domain for c in gb if c.plan.gpus <= 72} == {72}
-    assert sum(c.plan.gpus > 72 for c in gb) == 34
+    # + the 26.02.01 405B rows (6) and the 26.06.01 DeepSeek-V3 / Qwen3 235B rows (4) on 256 GB200 / GB300
+    assert sum(c.plan.gpus > 72 for c in gb) == 44
 
 
 def test_documentation_keys_accepted(tmp_path):

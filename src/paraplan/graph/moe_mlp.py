@@ -71,7 +71,8 @@ def expert_ops(model: ModelSpec, shape: LayerShape, expert: ExpertShape) -> list
     transpose-copy of drop-and-pad): one read and one write of the R/etp rows each. A dropless
     dispatch adds one host synchronisation (host_synchronises). Grouped GEMMs: E/ep experts
     each with m = ⌈R/(E/ep)⌉ rows, fc1 n = p·f_e/etp, fc2 n = h. Hybrid-EP has no permute or
-    un-permute pass, its sort passes stay (fuses_permutes)."""
+    un-permute pass, its sort passes stay (fuses_permutes). Transformer Engine's fused grouped MLP runs the
+    activation, its clamp and the bias in the GEMMs' epilogues (fuses_grouped_mlp)."""
     h, ab, f = model.hidden, shape.act_bytes, (model.moe_ffn_hidden or 0) // expert.etp
     tokens = moe_tokens(shape)
     rows = routed_rows(model, shape, expert)
@@ -84,19 +85,24 @@ def expert_ops(model: ModelSpec, shape: LayerShape, expert: ExpertShape) -> list
     if local > 1:  # permutation 2: received rows re-sorted from source-rank order to expert order
         ops.append(_memory("sort_chunks", 2 * ab * h * sent))
     ops.append(_grouped_gemm("expert_fc1", local, m, p * f, h))
-    if model.glu_clamp is not None:
+    fused_mlp = fuses_grouped_mlp(shape)
+    if model.glu_clamp is not None and not fused_mlp:
         ops += clamped_glu_ops(ab, local * m, p * f)
-    ops += [
-        _memory("expert_activation", ab * local * m * f * (3 if model.mlp == "swiglu" else 2)),
-        _grouped_gemm("expert_fc2", local, m, h, f),
-    ]
+    if not fused_mlp:
+        width = 3 if model.mlp == "swiglu" else 2
+        ops.append(_memory("expert_activation", ab * local * m * f * width))
+    ops.append(_grouped_gemm("expert_fc2", local, m, h, f))
     if model.has_bias:
-        ops.append(expert_output_bias_op(ab, h, local * m))
+        ops.append(
+            fused_output_bias_op(ab, h, local * m)
+            if fused_mlp
+            else expert_output_bias_op(ab, h, local * m)
+        )
     if local > 1:
         ops.append(_memory("unsort_chunks", 2 * ab * h * sent))
     if not fused:
         ops.append(_memory("unpermute", ab * h * (tokens + sent)))
-    if host_synchronises(expert):
+    if host_synchronises(expert, shape):
         ops.append(Op("dispatch_host_sync", "host_sync", 0.0, 0.0, 0.0, 0.0))
     return ops
 
@@ -115,6 +121,34 @@ def expert_output_bias_op(act_bytes: int, hidden: int, rows: float) -> Op:
     written and read once more beside the read of g): 6·R·h·bytes as well."""
     moved = 6.0 * act_bytes * hidden * rows
     return Op("expert_output_bias", "memory", 0.0, moved, 0.0, moved)
+
+
+def fuses_grouped_mlp(shape: LayerShape) -> bool:
+    """True when the expert MLP runs as Transformer Engine's fused grouped MLP (LayerShape.fused_grouped_mlp, the
+    profile's moe_fused_grouped_mlp) on a block-scaled plan (fp8 under an mxfp8 recipe, nvfp4): Megatron-Core's
+    TEGroupedMLP with use_transformer_engine_op_fuser builds GroupedLinear, ScaledSwiGLU / ScaledClampedQGeGLU
+    (the clamp as the op's limit), GroupedLinear (scale_bias with a bias) (Megatron-LM cd4afffa6
+    megatron/core/transformer/moe/experts.py _make_fused_ops) and Transformer Engine fuses the three
+    (TransformerEngine 4329ff84 transformer_engine/pytorch/ops/fused/grouped_mlp.py fuse_grouped_mlp_ops,
+    GroupedMLP_CuTeGEMMGLU; NVTE_CUTEDSL_FUSED_GROUPED_MLP=1, compute capability 10): forward, one kernel
+    runs the fc1 grouped GEMM, the GLU activation with its clamp and the product by the routing
+    probabilities and writes the fc2 input quantised (cuDNN grouped_gemm_glu_wrapper_sm100), one the fc2
+    grouped GEMM with the probability-scaled bias (grouped_gemm_quant_wrapper_sm100, bias_tensor and
+    prob_tensor); backward, the fc2 dgrad GEMM with the GLU backward and the probabilities' gradient
+    (grouped_gemm_dglu_wrapper_sm100). So no ``expert_activation`` pass, no clamp kernels and no
+    ``torch.tensor`` host synchronisation (clamped_glu_ops), and the bias's only pass is its backward
+    reduction (fused_output_bias_op)."""
+    return shape.fused_grouped_mlp and shape.dtype in ("fp8", "nvfp4")
+
+
+def fused_output_bias_op(act_bytes: int, hidden: int, rows: float) -> Op:
+    """The routed experts' output bias under the fused grouped MLP (fuses_grouped_mlp): forward, none (the fc2
+    kernel adds b·p in its epilogue); backward, one pass of Transformer Engine's grouped dbias / dscales Triton
+    kernel reading the fc2 output gradient once, R×h at ``act_bytes``, and writing the per-expert bias gradient
+    and the per-row probability gradient, both negligible (TransformerEngine 4329ff84
+    transformer_engine/pytorch/triton/grouped_dbias_dscales.py compute_grouped_dbias_dscales, called by
+    ops/fused/grouped_mlp.py fuser_backward under scale_bias): R·h·bytes."""
+    return Op("expert_output_bias", "memory", 0.0, 0.0, 0.0, float(act_bytes) * hidden * rows)
 
 
 def clamped_glu_ops(act_bytes: int, rows: float, width: float) -> list[Op]:
@@ -153,6 +187,7 @@ def expert_knob_inputs(shape: LayerShape) -> tuple:
         shape.act_bytes,
         moe_tokens(shape),
         (shape.tp, shape.local_tokens, shape.sequence_parallel) if fp8 else (),
+        fuses_grouped_mlp(shape),
     )
 
 
@@ -183,19 +218,31 @@ def fuses_permutes(expert: ExpertShape) -> bool:
     operation for permute + dispatch a2a + permute", calling DeepEP's HybridEPBuffer.dispatch_with_permute /
     combine_with_unpermute; token_dispatcher.py _HybridEPManager). Its re-sort of the received rows by expert
     stays a pass of its own (the buffer's permute kernel over its row_id_map, "Output of Permute
-    Preprocessing"; Megatron-Core later added an opt-in fuse_permute_dispatch / fuse_unpermute_combine that
-    these releases do not have), priced as sort_chunks / unsort_chunks. The alltoall dispatcher runs all four
+    Preprocessing"; Megatron-LM cd4afffa6 has an opt-in fusion of it into the dispatch and combine,
+    moe_permute_fusion_into_hybridep (default False; fused_a2a.py fuse_permute_dispatch / fuse_unpermute_combine),
+    that no Megatron-Bridge v0.6.0 MoE recipe of the 26.08 table sets (only perf_recipes/nemotronh/h100), so
+    no input names it), priced as sort_chunks / unsort_chunks. The alltoall dispatcher runs all four
     passes (MoEAlltoAllTokenDispatcher), DeepEP's manager permutes after its dispatch too
     (_DeepepManager.get_permuted_hidden_states_by_experts)."""
     return expert.dispatcher == "hybridep"
 
 
-def host_synchronises(expert: ExpertShape) -> bool:
+def host_synchronises(expert: ExpertShape, shape: LayerShape) -> bool:
     """True when the dispatch needs the per-expert token counts on the host: every dropless dispatch
     (capacity_factor None). Megatron-Core's MoEAlltoAllTokenDispatcher.preprocess keeps
     cuda_sync_point "no_sync" only with drop-and-pad (moe_pad_expert_input_to_capacity; the counts are
     then the constant capacity) and otherwise synchronises before the EP all-to-all or the expert
-    GEMMs, whose per-expert row counts (Transformer Engine GroupedLinear m_splits) are host integers."""
+    GEMMs, whose per-expert row counts (Transformer Engine GroupedLinear m_splits) are host integers.
+    A HybridEP dispatch on a static receive budget (LayerShape.hybridep_budget, the profile's
+    moe_hybridep_budget: Megatron-Core moe_expert_rank_capacity_factor) feeding the fused grouped MLP
+    (fuses_grouped_mlp) does not: the dispatch's output size is the budget, set on the host before it, so it
+    runs non-blocking (Megatron-LM cd4afffa6 token_dispatcher.py _HybridEPManager.setup_metadata and dispatch,
+    fused_a2a.py HybridEPDispatch), and the op-fuser path keeps the per-expert counts on the device (experts.py
+    _fused_forward: no tokens_per_expert.tolist() when moe_utils.skip_routed_expert_padding, true for
+    HybridEP; the unfused forward calls it) for the fused kernels' padded_offsets (TransformerEngine 4329ff84
+    ops/fused/grouped_mlp.py)."""
+    if shape.hybridep_budget and expert.dispatcher == "hybridep" and fuses_grouped_mlp(shape):
+        return False
     return expert.capacity_factor is None
 
 
@@ -284,6 +331,8 @@ def moe_mlp_activation_bytes(
     Shared experts keep f_s/t × cost.memory.mlp_intermediate_bytes per token.
     With a clamped GLU (clamped_glu_ops) the clamps keep the fc1 output (their inputs) and the fused activation
     its clamped copy, p·f_e/etp more at 2 B per row (clamped_copy_bytes).
+    The fused grouped MLP (fuses_grouped_mlp) keeps no clamped copy: its fc1 output, the fc2 input, the
+    fc1 input and the probabilities (grouped_mlp.py fuser_forward save_for_backward at 4329ff84).
     ``layernorm`` drops the norm input, ``moe_act`` the activation output and the clamped copy (the
     checkpointed activation keeps only its input), ``shared_experts`` the
     shared internals, ``moe`` everything after the norm output (Megatron-LM recompute modules)."""
@@ -296,7 +345,8 @@ def moe_mlp_activation_bytes(
     rows = routed_rows(model, shape, expert)
     f = (model.moe_ffn_hidden or 0) / expert.etp
     p = model.mlp_input_projections
-    act = 0.0 if "moe_act" in modules else gin * f + clamped_copy_bytes(model, ab * p * f)
+    clamped = 0.0 if fuses_grouped_mlp(shape) else clamped_copy_bytes(model, ab * p * f)
+    act = 0.0 if "moe_act" in modules else gin * f + clamped
     routed = rows * (gin * h + ab * p * f + act + ROUTER_SCORE_BYTES)
     router = ROUTER_SCORE_BYTES * tokens * model.experts
     shared = 0.0

@@ -47,9 +47,8 @@ class LayerShape(NamedTuple):
     expert: ExpertShape = ExpertShape()  # MoE knobs (graph/moe.py); the default for dense models
     # modules selective recomputation re-runs (() = core attention)
     recompute_modules: tuple[str, ...] = ()
-    # tensor-parallel layout (specs/tp_layout.py): "1d"; "2d" = SUMMA on tp_rows × tp/tp_rows (tp the grid
-    # size, sequence_parallel True: activations split over the whole grid) with summa_panels panels;
-    # "2d-seq" = K/V all-gathered over cp instead of the ring (graph/summa.py)
+    # tensor-parallel layout (specs/tp_layout.py): "1d"; "2d" = SUMMA on tp_rows × tp/tp_rows (tp the grid size, SP:
+    # activations split over the whole grid) with summa_panels panels; "2d-seq" = K/V all-gathered over cp (graph/summa.py)
     tp_layout: str = "1d"
     tp_rows: int = 1
     summa_panels: int = 1
@@ -57,13 +56,13 @@ class LayerShape(NamedTuple):
     cp_algorithm: str = "ring"
     # the stack's (role, implementation) pairs other than fused (graph.eager_modules): what autograd keeps
     module_impl: tuple[tuple[str, str], ...] = ()
-    # whose K/V ring runs attention under CP (RuntimeCosts.cp_ring): transformer-engine | torch-sdpa
+    # whose K/V ring runs the attention under CP (RuntimeCosts.cp_ring): "transformer-engine" | "torch-sdpa"
     cp_ring: str = "transformer-engine"
-    # fp8 runs all-gather the SP GEMM inputs and the row-parallel output gradients in fp8
-    # (specs.runtime.RuntimeCosts.tp_fp8_all_gather: torchao's float8 tensor parallelism)
+    # fp8 runs all-gather the SP GEMM inputs and the row-parallel output gradients in fp8 (torchao)
     tp_fp8_gather: bool = False
-    # the output projection keeps its own quantised input copy (RuntimeCosts.proj_quantised_copy)
-    proj_quantised_copy: bool = False
+    fused_grouped_mlp: bool = False  # TE's fused grouped MLP (graph.moe_mlp.fuses_grouped_mlp)
+    hybridep_budget: bool = False  # HybridEP static budget (moe_mlp.host_synchronises)
+    proj_quantised_copy: bool = False  # out-projection's own fp8/FP4 input (graph.mla)
 
     @property
     def ulysses(self) -> bool:
@@ -135,6 +134,8 @@ def cp_free_key(shape: LayerShape) -> tuple:
         shape.module_impl,
         shape.cp_ring,
         shape.tp_fp8_gather,
+        shape.fused_grouped_mlp,
+        shape.hybridep_budget,
     )
 
 
@@ -186,8 +187,7 @@ def attention_ops(model: ModelSpec, shape: LayerShape) -> list[Op]:
     Unfused (Megatron-LM "core attention"): two batched GEMMs of 2·b·(a/t)·(s/c)·s·d FLOPs each, and
     a fused scale-mask-softmax plus dropout over the b·(a/t)·(s/c)·s scores (or graph.eager_modules' kernels).
     Fused flash attention (Dao et al. 2022): the same matmul FLOPs with only the causal half of
-    the score tiles computed, no score matrix in HBM; backward 2.5× forward FLOPs.
-    """
+    the score tiles computed, no score matrix in HBM; backward 2.5× forward FLOPs."""
     # ring: s/c queries per sequence on this GPU meet all s keys over the c ring steps; Ulysses: after the
     # all-to-all each GPU holds every token of a/(t·c) heads (Jacobs et al. 2023, §3.1)
     heads_local = model.heads // shape.attention_head_split

@@ -37,6 +37,28 @@ class StackRuntimeFields(InputModel):
         "torch-grouped-mm (torch._grouped_mm, torchtitan's MoE) and deepgemm (DeepGEMM m-grouped GEMMs): one "
         "grouped kernel over all experts",
     )
+    moe_fused_grouped_mlp: bool = Field(
+        False,
+        description="block-scaled (mxfp8 / nvfp4 fp8_recipe) MoE expert MLPs run as Transformer Engine's fused "
+        "grouped MLP: the fc1 grouped GEMM with the GLU activation, its clamp and the routing-probability "
+        "product in its epilogue, the fc2 grouped GEMM with the probability-scaled bias in its own, backward "
+        "the fc2 dgrad GEMM with the GLU backward (TransformerEngine 4329ff84 "
+        "transformer_engine/pytorch/ops/fused/grouped_mlp.py GroupedMLP_CuTeGEMMGLU, taken when "
+        "NVTE_CUTEDSL_FUSED_GROUPED_MLP=1 on compute capability 10 with an MXFP8 / NVFP4 recipe, over the ops "
+        "Megatron-Core builds with use_transformer_engine_op_fuser: Megatron-LM cd4afffa6 "
+        "megatron/core/transformer/moe/experts.py _make_fused_ops); graph.moe_mlp.fuses_grouped_mlp. False: "
+        "TEGroupedMLP's separate activation (and clamp, bias) passes",
+    )
+    moe_hybridep_budget: bool = Field(
+        False,
+        description="the HybridEP dispatch runs on a static per-rank receive budget (Megatron-Core "
+        "moe_expert_rank_capacity_factor: num_permuted_tokens = T·k·factor, rounded up to the quantisation "
+        "alignment, in _HybridEPManager.setup_metadata), so the dispatch is non-blocking and reads no token "
+        "count on the host (Megatron-LM cd4afffa6 megatron/core/transformer/moe/token_dispatcher.py "
+        "setup_metadata / dispatch, fused_a2a.py HybridEPDispatch: 'If we provide the num_permuted_tokens, we do "
+        "not need to use sync'): graph.moe_mlp.host_synchronises. Tokens beyond the budget would be dropped; "
+        "False: the budget unset, the dropless dispatch synchronises",
+    )
     zero3_pp_reshard: bool = Field(
         True,
         description="ZeRO-3 / FSDP under pipeline parallelism: each layer's gathered weights are freed after its "

@@ -135,12 +135,21 @@ def stack_shape_fields(system: SystemSpec) -> dict:
     - ``cp_ring``: whose K/V ring it runs (efficiency.runtime.cp_ring);
     - ``tp_fp8_gather``: whether it all-gathers the SP inputs and gradients in fp8
       (efficiency.runtime.tp_fp8_all_gather);
+    - ``fused_grouped_mlp``: whether its block-scaled expert MLPs run as Transformer Engine's fused grouped MLP
+      (efficiency.runtime.moe_fused_grouped_mlp, only under an mxfp8 / nvfp4 fp8_recipe: TE fuses nothing
+      for another recipe, grouped_mlp.py fuse_grouped_mlp_ops at 4329ff84);
+    - ``hybridep_budget``: whether its HybridEP dispatch runs on a static receive budget
+      (efficiency.runtime.moe_hybridep_budget);
     - ``proj_quantised_copy``: whether the attention's output projection keeps its own quantised input copy
       (efficiency.runtime.proj_quantised_copy)."""
     eff = system.accelerator.efficiency
+    runtime = eff.runtime
     return dict(
         module_impl=impl_key(eff.module_impl),
-        cp_ring=eff.runtime.cp_ring,
-        tp_fp8_gather=eff.runtime.tp_fp8_all_gather,
-        proj_quantised_copy=eff.runtime.proj_quantised_copy,
+        cp_ring=runtime.cp_ring,
+        tp_fp8_gather=runtime.tp_fp8_all_gather,
+        fused_grouped_mlp=runtime.moe_fused_grouped_mlp
+        and runtime.fp8_recipe in ("mxfp8", "nvfp4"),
+        hybridep_budget=runtime.moe_hybridep_budget,
+        proj_quantised_copy=runtime.proj_quantised_copy,
     )
