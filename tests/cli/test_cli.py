@@ -475,6 +475,7 @@ def test_validate_json_format(capsys):
         "bigscience-tr11-prequel",
         "mbridge-nvfp4",
         "mbridge-moe-more",
+        *("mbridge-2604", "mbridge-260201", "mbridge-2608", "mbridge-moe-b300", "mbridge-260601"),
     }
     for group in summary["by_source"].values():
         assert {"cases", "step_time_cases", "step_time_s_mape_pct"} <= set(group)
