@@ -280,12 +280,14 @@ def test_uniform_model_violations():
 
 
 def test_offload_rule():
-    assert rules.offload_rule(False, None, "s") is None  # nothing offloaded: no host link needed
-    assert rules.offload_rule(True, 64e9, "s") is None
-    assert (
-        rules.offload_rule(True, None, "s") == "system s declares no host_bandwidth / host_memory"
-    )
-    assert rules.offload_rule(True, 0.0, "s") is not None
+    assert rules.offload_rule(False, None, None, "s") is None  # nothing offloaded: no host needed
+    assert rules.offload_rule(True, 64e9, 512e9, "s") is None
+    both = "system s declares no host_bandwidth / host_memory"
+    assert rules.offload_rule(True, None, None, "s") == both
+    # a host link without host memory to hold the state, or the reverse, cannot offload either
+    assert rules.offload_rule(True, 64e9, None, "s") == "system s declares no host_memory"
+    assert rules.offload_rule(True, None, 512e9, "s") == "system s declares no host_bandwidth"
+    assert rules.offload_rule(True, 0.0, 512e9, "s") is not None
 
 
 def test_torchtitan_sequence_rule():

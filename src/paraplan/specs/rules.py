@@ -417,11 +417,18 @@ def stage_rules(
 
 
 # ---- the system ----------------------------------------------------------------------------------
-def offload_rule(offloads: bool, host_bandwidth: float | None, system: str) -> str | None:
+def offload_rule(
+    offloads: bool, host_bandwidth: float | None, host_memory: float | None, system: str
+) -> str | None:
     """Offloading weights, activations or optimizer state (``offloads``) streams them over the host link
-    (step.offload), which the system must declare (accelerator.host_bandwidth)."""
-    if offloads and not host_bandwidth:
-        return f"system {system} declares no host_bandwidth / host_memory"
+    (step.offload) into host memory that must hold them (step.result.StageMemory.fits, host_capacity_bytes): the system
+    must declare both (accelerator.host_bandwidth and accelerator.host_memory). The estimator's check,
+    the search's offload options (search.grid_axes) and the fit hints (search.fit_hints,
+    report.search_view) all ask it."""
+    declared = (("host_bandwidth", host_bandwidth), ("host_memory", host_memory))
+    missing = [name for name, value in declared if not value]
+    if offloads and missing:
+        return f"system {system} declares no {' / '.join(missing)}"
     return None
 
 
