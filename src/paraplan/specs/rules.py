@@ -457,6 +457,16 @@ def megatron_overlap_rule(
     return None
 
 
+def deepspeed_cp_rule(cp: int) -> str | None:
+    """DeepSpeed has no ring context parallelism: its sequence parallelism, DeepSpeed-Ulysses
+    (deepspeed/sequence/layer.py DistributedAttention; Jacobs et al. 2023, arXiv:2309.14509), is an
+    all-to-all over heads, another scheme (catalog/frameworks/deepspeed.yaml cp_algorithm): cp = 1.
+    The exporter (export.deepspeed) and the search (search.launch.degrees_allowed) both ask it."""
+    if cp > 1:
+        return "DeepSpeed has no ring context parallelism (Ulysses is head-parallel all-to-all)"
+    return None
+
+
 def torchtitan_sequence_rule(seq_length: int, tp: int, cp: int) -> str | None:
     """torchtitan needs the sequence divisible by tp·2·cp (ParallelDims.seq_len_divisor, parallel_dims.py
     line 372 at v0.2.2; export/facts/torchtitan_checks.yaml 'sequence-divides')."""
