@@ -211,7 +211,7 @@ def _expert_axis_violations(framework: str, name: str, problem) -> list[tuple[st
     if name != MEGATRON_CORE and problem.moe_balance != "learned":
         out.append(("moe_balance", problem.moe_balance, f"{framework}: learned routing only"))
     if name == DEEPSPEED and problem.ep and 1 not in problem.ep:
-        why = f"{framework}'s config splits no experts (DeepSpeed-MoE's ep is set in the model script)"
+        why = deepspeed_experts_rule(min(problem.ep), 1, "alltoall")
         out.append(("ep", ",".join(map(str, problem.ep)), f"{why}; allowed: 1"))
     if name != MEGATRON_CORE and problem.etp and 1 not in problem.etp:
         out.append(("etp", ",".join(map(str, problem.etp)), f"{framework}: allowed: 1"))

@@ -89,7 +89,8 @@ def torchtitan_experts_rule(stage_gpus: int, ep: int, etp: int, dispatcher: str)
 
 def deepspeed_experts_rule(ep: int, etp: int, dispatcher: str) -> str | None:
     """DeepSpeed's config splits no experts: DeepSpeed-MoE's ep is set in the model script, not in the
-    JSON configuration export.deepspeed writes (ep = etp = 1, the all-to-all dispatcher)."""
+    JSON configuration export.deepspeed writes (ep = etp = 1, the all-to-all dispatcher). The search's
+    per-option filter and its check of the ep axis (search.launch) both state it."""
     if ep != 1 or etp != 1 or dispatcher != "alltoall":
         return (
             "DeepSpeed's config splits no experts (DeepSpeed-MoE's ep is set in the model script)"
