@@ -75,6 +75,22 @@ def test_offload_without_host_bandwidth():
         assert "host_bandwidth" in str(err)
 
 
+def test_offload_needs_host_memory_too():
+    """A host link without host memory to hold the state offloads nothing: the estimator refuses it and
+    the search offers no offload (both ask specs.rules.offload_rule)."""
+    from paraplan.search.space import SearchProblem
+
+    data = A100.model_dump()
+    data["accelerator"]["host_memory"] = None
+    link_only = SystemSpec.model_validate(data)
+    err = raises(GPT, link_only, gpus=8, global_batch=8, offload_optimizer=True)
+    assert str(err).endswith(f"system {link_only.name} declares no host_memory")
+    problem = SearchProblem(model=GPT, system=link_only, gpus=8, global_batch=32, seq_length=2048)
+    assert problem.offload_options == [(False, False, False)]
+    with_host = SearchProblem(model=GPT, system=A100, gpus=8, global_batch=32, seq_length=2048)
+    assert len(with_host.offload_options) == 8
+
+
 def test_offload_with_host_bandwidth_is_fine():
     check_plan(GPT, A100, PlanSpec(gpus=8, global_batch=8, seq_length=2048, offload_optimizer=True))
 

@@ -280,12 +280,14 @@ def test_uniform_model_violations():
 
 
 def test_offload_rule():
-    assert rules.offload_rule(False, None, "s") is None  # nothing offloaded: no host link needed
-    assert rules.offload_rule(True, 64e9, "s") is None
-    assert (
-        rules.offload_rule(True, None, "s") == "system s declares no host_bandwidth / host_memory"
-    )
-    assert rules.offload_rule(True, 0.0, "s") is not None
+    assert rules.offload_rule(False, None, None, "s") is None  # nothing offloaded: no host needed
+    assert rules.offload_rule(True, 64e9, 512e9, "s") is None
+    both = "system s declares no host_bandwidth / host_memory"
+    assert rules.offload_rule(True, None, None, "s") == both
+    # a host link without host memory to hold the state, or the reverse, cannot offload either
+    assert rules.offload_rule(True, 64e9, None, "s") == "system s declares no host_memory"
+    assert rules.offload_rule(True, None, 512e9, "s") == "system s declares no host_bandwidth"
+    assert rules.offload_rule(True, 0.0, 512e9, "s") is not None
 
 
 def test_torchtitan_sequence_rule():
@@ -375,3 +377,24 @@ def test_kind_lists_are_read_off_the_block_kinds():
     assert model_layer_kinds(mixtral) == ("moe_layer",)
     alternating = mixtral.model_copy(update={"moe_layer_interval": 2})
     assert model_layer_kinds(alternating) == ("dense_layer", "moe_layer")
+
+
+def test_deepspeed_cp_rule():
+    assert rules.deepspeed_cp_rule(1) is None
+    ring = "DeepSpeed has no ring context parallelism (Ulysses is head-parallel all-to-all)"
+    assert rules.deepspeed_cp_rule(2) == ring
+
+
+def test_launcher_expert_rules():
+    torchtitan_experts_rule = rules_moe.torchtitan_experts_rule
+    deepspeed_experts_rule = rules_moe.deepspeed_experts_rule
+    # dp·cp·tp = 4·1·2 = 8: ep 4 divides it, ep 3 does not; etp 2 or another dispatcher is refused
+    assert torchtitan_experts_rule(8, 4, 1, "alltoall") is None
+    mesh = "torchtitan's expert mesh needs ep dividing dp·cp·tp = 8"
+    assert torchtitan_experts_rule(8, 3, 1, "alltoall") == mesh
+    only = "torchtitan: etp 1 and the alltoall dispatcher only"
+    assert torchtitan_experts_rule(8, 4, 2, "alltoall") == only
+    assert torchtitan_experts_rule(8, 4, 1, "allgather") == only
+    assert deepspeed_experts_rule(1, 1, "alltoall") is None
+    for ep, etp, dispatcher in ((2, 1, "alltoall"), (1, 2, "alltoall"), (1, 1, "allgather")):
+        assert deepspeed_experts_rule(ep, etp, dispatcher).startswith("DeepSpeed's config splits")

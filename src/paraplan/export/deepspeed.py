@@ -26,6 +26,7 @@ from paraplan.export.startup import refuse_failed_keys
 from paraplan.io.documents import parse_document
 from paraplan.io.fields import Doc
 from paraplan.specs.plan import PlanSpec
+from paraplan.specs.rules import deepspeed_cp_rule
 
 NAME = "deepspeed"
 ORDER = "tp-dp-pp"  # PipeModelDataParallelTopology axes ['pipe', 'data', 'model'], model innermost
@@ -85,13 +86,8 @@ def _check_parallelism(plan: PlanSpec, c: dict, fw: str) -> None:
     """Refuse a parallelism DeepSpeed cannot run: ring context parallelism, another rank order,
     Megatron sequence parallelism or overlapped TP collectives, a schedule other than 1F1B, ZeRO 2/3
     with a pipeline (``c``: the canonical plan)."""
-    if plan.cp > 1:
-        raise refuse(
-            fw,
-            "cp",
-            plan.cp,
-            "DeepSpeed has no ring context parallelism (Ulysses is head-parallel all-to-all)",
-        )
+    if rule := deepspeed_cp_rule(plan.cp):
+        raise refuse(fw, "cp", plan.cp, rule)
     if not same_placement(plan, ORDER):
         raise refuse(
             fw,

@@ -15,6 +15,7 @@ from paraplan.search.run import RankedPlan, SearchResult
 from paraplan.search.space import SearchProblem
 from paraplan.specs.plan import PlanSpec
 from paraplan.specs.plan_label import plan_label
+from paraplan.specs.rules import offload_rule
 from paraplan.units import GiB
 
 if TYPE_CHECKING:  # search.explain loads with --explain only (issue 31)
@@ -280,7 +281,8 @@ def nearest_miss_line(result: SearchResult, problem: SearchProblem | None = None
     if restricted:
         ways.append(f"fewer restrictions ({', '.join(restricted)})")
     acc = problem.system.accelerator
-    if not problem.vary_offload and acc.host_memory and acc.host_bandwidth:
+    offloadable = not offload_rule(True, acc.host_bandwidth, acc.host_memory, problem.system.name)
+    if not problem.vary_offload and offloadable:
         ways.append("allowing offload (without --no-offload)")
     ways += ["more GPUs", "a smaller global batch or sequence", "GPUs with more memory"]
     return f"{text} What may make a plan fit: {'; '.join(ways)}."

@@ -16,6 +16,7 @@ from paraplan.step.result import Estimate
 from paraplan.specs.errors import InputError
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.plan import PlanSpec
+from paraplan.specs.rules import offload_rule
 from paraplan.specs.system import SystemSpec
 
 
@@ -41,7 +42,8 @@ def _changes(model: ModelSpec, system: SystemSpec, plan: PlanSpec) -> list[tuple
     if plan.dp % 2 == 0:
         out.append((f"--pp {2 * plan.pp}", {"pp": 2 * plan.pp, "dp": plan.dp // 2}))
         out.append((f"--tp {2 * plan.tp}", {"tp": 2 * plan.tp, "dp": plan.dp // 2}))
-    if system.accelerator.host_memory and system.accelerator.host_bandwidth:
+    acc = system.accelerator
+    if not offload_rule(True, acc.host_bandwidth, acc.host_memory, system.name):
         if not plan.offload_optimizer:
             out.append(("--offload-optimizer", {"offload_optimizer": True}))
         if not plan.offload_activations:

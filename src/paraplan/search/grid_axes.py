@@ -16,7 +16,12 @@ from paraplan.search.divisors import divisors as _divisors
 from paraplan.search.options import LayerSplit, OffloadOption, ScheduleOption, StateOption
 from paraplan.specs.moe_model import moe_shaped
 from paraplan.specs.plan import Schedule
-from paraplan.specs.rules import dualpipe_rule, interleave_batch_rule, interleave_split_rule
+from paraplan.specs.rules import (
+    dualpipe_rule,
+    interleave_batch_rule,
+    interleave_split_rule,
+    offload_rule,
+)
 from paraplan.specs.split import (
     SplitGroup,
     accounted_units,
@@ -205,10 +210,11 @@ class GridAxes:
 
     @cached_property
     def offload_options(self) -> list[OffloadOption]:
-        """(weights, activations, optimizer) offload switches; all off without a host memory tier."""
+        """(weights, activations, optimizer) offload switches; all off where the system cannot offload
+        (specs.rules.offload_rule)."""
         acc = self.system.accelerator
         if not (self.vary_offload and launch.offloads_allowed(self.framework)):
             return [OffloadOption(False, False, False)]
-        if not acc.host_bandwidth or not acc.host_memory:
+        if offload_rule(True, acc.host_bandwidth, acc.host_memory, self.system.name):
             return [OffloadOption(False, False, False)]
         return [OffloadOption(*switches) for switches in itertools.product([False, True], repeat=3)]

@@ -48,12 +48,14 @@ from functools import lru_cache
 
 from paraplan.specs.recompute import MODES, OP_SAC, offered_modes, stage_mode
 from paraplan.specs.rules import (
+    deepspeed_cp_rule,
     megatron_fsdp_rule,
     megatron_overlap_rule,
     model_parts_rule,
     recompute_modules_rule,
     torchtitan_sequence_rule,
 )
+from paraplan.specs.rules_moe import deepspeed_experts_rule, torchtitan_experts_rule
 from paraplan.specs.split import default_first_last, grouped_split, stage_layer_counts
 
 MEGATRON_CORE = "megatron-core"
@@ -209,7 +211,7 @@ def _expert_axis_violations(framework: str, name: str, problem) -> list[tuple[st
     if name != MEGATRON_CORE and problem.moe_balance != "learned":
         out.append(("moe_balance", problem.moe_balance, f"{framework}: learned routing only"))
     if name == DEEPSPEED and problem.ep and 1 not in problem.ep:
-        why = f"{framework}'s config splits no experts (DeepSpeed-MoE's ep is set in the model script)"
+        why = deepspeed_experts_rule(min(problem.ep), 1, "alltoall")
         out.append(("ep", ",".join(map(str, problem.ep)), f"{why}; allowed: 1"))
     if name != MEGATRON_CORE and problem.etp and 1 not in problem.etp:
         out.append(("etp", ",".join(map(str, problem.etp)), f"{framework}: allowed: 1"))
@@ -219,11 +221,11 @@ def _expert_axis_violations(framework: str, name: str, problem) -> list[tuple[st
 
 
 def degrees_allowed(framework: str | None, tp: int, pp: int, cp: int, seq_length: int) -> bool:
-    """DeepSpeed has no ring context parallelism; torchtitan needs seq divisible by tp·2·cp
-    (specs.rules.torchtitan_sequence_rule)."""
+    """DeepSpeed has no ring context parallelism (specs.rules.deepspeed_cp_rule); torchtitan needs seq
+    divisible by tp·2·cp (specs.rules.torchtitan_sequence_rule)."""
     name = launcher(framework)
     if name == DEEPSPEED:
-        return cp == 1
+        return not deepspeed_cp_rule(cp)
     if name == TORCHTITAN:
         return not torchtitan_sequence_rule(seq_length, tp, cp)
     return True
@@ -320,12 +322,13 @@ def experts_allowed(
     framework: str | None, tp: int, cp: int, dp: int, ep: int, etp: int, dispatcher: str
 ) -> bool:
     """torchtitan: etp 1, the all-to-all dispatcher, ep dividing dp·cp·tp (its expert mesh,
-    facts/torchtitan_checks.yaml expert-mesh-divides); DeepSpeed: no expert split (ep = etp = 1)."""
+    specs.rules_moe.torchtitan_experts_rule); DeepSpeed: no expert split (ep = etp = 1,
+    specs.rules_moe.deepspeed_experts_rule)."""
     name = launcher(framework)
     if name == TORCHTITAN:
-        return etp == 1 and dispatcher == "alltoall" and (dp * cp * tp) % ep == 0
+        return not torchtitan_experts_rule(dp * cp * tp, ep, etp, dispatcher)
     if name == DEEPSPEED:
-        return ep == 1 and etp == 1 and dispatcher == "alltoall"
+        return not deepspeed_experts_rule(ep, etp, dispatcher)
     return True
 
 

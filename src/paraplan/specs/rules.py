@@ -417,11 +417,18 @@ def stage_rules(
 
 
 # ---- the system ----------------------------------------------------------------------------------
-def offload_rule(offloads: bool, host_bandwidth: float | None, system: str) -> str | None:
+def offload_rule(
+    offloads: bool, host_bandwidth: float | None, host_memory: float | None, system: str
+) -> str | None:
     """Offloading weights, activations or optimizer state (``offloads``) streams them over the host link
-    (step.offload), which the system must declare (accelerator.host_bandwidth)."""
-    if offloads and not host_bandwidth:
-        return f"system {system} declares no host_bandwidth / host_memory"
+    (step.offload) into host memory that must hold them (step.result.StageMemory.fits, host_capacity_bytes): the system
+    must declare both (accelerator.host_bandwidth and accelerator.host_memory). The estimator's check,
+    the search's offload options (search.grid_axes) and the fit hints (search.fit_hints,
+    report.search_view) all ask it."""
+    declared = (("host_bandwidth", host_bandwidth), ("host_memory", host_memory))
+    missing = [name for name, value in declared if not value]
+    if offloads and missing:
+        return f"system {system} declares no {' / '.join(missing)}"
     return None
 
 
@@ -447,6 +454,16 @@ def megatron_overlap_rule(
     core_v0.14.0; check 'param-gather-needs-grad-reduce-overlap'); without sharding nothing is gathered."""
     if zero >= 1 and overlap_param_gather and not overlap_dp_grad_reduce:
         return "--overlap-param-gather needs --overlap-grad-reduce in Megatron-LM"
+    return None
+
+
+def deepspeed_cp_rule(cp: int) -> str | None:
+    """DeepSpeed has no ring context parallelism: its sequence parallelism, DeepSpeed-Ulysses
+    (deepspeed/sequence/layer.py DistributedAttention; Jacobs et al. 2023, arXiv:2309.14509), is an
+    all-to-all over heads, another scheme (catalog/frameworks/deepspeed.yaml cp_algorithm): cp = 1.
+    The exporter (export.deepspeed) and the search (search.launch.degrees_allowed) both ask it."""
+    if cp > 1:
+        return "DeepSpeed has no ring context parallelism (Ulysses is head-parallel all-to-all)"
     return None
 
 

@@ -76,6 +76,28 @@ def moe_sequence_parallel_rule(model: ModelSpec, tp: int, sequence_parallel: boo
     return None
 
 
+def torchtitan_experts_rule(stage_gpus: int, ep: int, etp: int, dispatcher: str) -> str | None:
+    """torchtitan splits experts with etp 1 and the all-to-all dispatcher only, and its expert mesh takes
+    ep out of dp·cp·tp (``stage_gpus``; ParallelDims, torchtitan/distributed/parallel_dims.py line 207
+    at v0.2.2; export/facts/torchtitan_checks.yaml 'expert-mesh-divides')."""
+    if etp != 1 or dispatcher != "alltoall":
+        return "torchtitan: etp 1 and the alltoall dispatcher only"
+    if stage_gpus % ep:
+        return f"torchtitan's expert mesh needs ep dividing dp·cp·tp = {stage_gpus}"
+    return None
+
+
+def deepspeed_experts_rule(ep: int, etp: int, dispatcher: str) -> str | None:
+    """DeepSpeed's config splits no experts: DeepSpeed-MoE's ep is set in the model script, not in the
+    JSON configuration export.deepspeed writes (ep = etp = 1, the all-to-all dispatcher). The search's
+    per-option filter and its check of the ep axis (search.launch) both state it."""
+    if ep != 1 or etp != 1 or dispatcher != "alltoall":
+        return (
+            "DeepSpeed's config splits no experts (DeepSpeed-MoE's ep is set in the model script)"
+        )
+    return None
+
+
 def moe_plan_violations(model: ModelSpec, dims: ParallelDims, moe) -> list[Violation]:
     """Rules of the MoE knobs (``moe`` a specs.moe_plan.MoEPlanFields) against the model and the degrees."""
     cv_rule = expert_load_cv_rule(model, moe.expert_load_cv)

@@ -94,11 +94,11 @@ def recompute_modules(plan: PlanSpec) -> tuple[str, ...]:
 
 def _system_violations(plan: PlanSpec, system: SystemSpec) -> list[Violation]:
     """The plan's rules on this system: dtype and attention kernel (specs.rules_precision.accelerator_rules),
-    offloading over a declared host link (specs.rules.offload_rule)."""
+    offloading over a declared host link into declared host memory (specs.rules.offload_rule)."""
     acc = system.accelerator
     out = [Violation(*rule) for rule in accelerator_rules(acc, plan.dtype, plan.attention)]
     offloads = plan.offload_weights or plan.offload_activations or plan.offload_optimizer
-    if rule := offload_rule(offloads, acc.host_bandwidth, system.name):
+    if rule := offload_rule(offloads, acc.host_bandwidth, acc.host_memory, system.name):
         out.append(Violation("plan.offload", True, rule))
     return out
 
