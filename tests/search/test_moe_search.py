@@ -1181,8 +1181,7 @@ def test_the_search_with_every_split_matches_or_beats_the_published_moe_layouts(
     """On each measured MoE run of the calibration set (moe-visible: Megatron-Bridge DeepSeek-V3 / Qwen3, Megatron-LM
     Mixtral), the search over the run's own degrees (tp, pp, cp, ep, micro-batch) with every layer split
     (``vary_split``) finds a plan predicted at most as slow as the published layout (its 4 / 1 first / last stages and
-    recomputed modules included); without the splits it does not on DeepSeek-V3 (61 layers, MTP): the uneven first /
-    last stages are the layout's advantage there."""
+    recomputed modules included); without the splits only DeepSeek-V3's (61 layers, MTP) can be out of reach."""
     from paraplan.validate.case_files import Case, load_cases
 
     cases = [c for c in load_cases() if isinstance(c, Case) and c.file == "moe-visible"]
@@ -1216,4 +1215,7 @@ def test_the_search_with_every_split_matches_or_beats_the_published_moe_layouts(
         assert best[True] <= best[False] * (1 + 1e-9)
         if best[False] > published:
             slower_without.append(case.name)
-    assert slower_without and all("deepseek" in name for name in slower_without)
+    # only DeepSeek-V3's layouts (61 layers, MTP) can need the splits; since the MLA activation correction
+    # (graph.mla.attention_activation_bytes: the up-projection outputs are freed) the plain search's interleaved plans,
+    # which may count the embedding and loss as layers (grid_axes._interleave_options), fit and reach them as well
+    assert all("deepseek" in name for name in slower_without)
