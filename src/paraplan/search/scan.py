@@ -9,6 +9,7 @@ from paraplan.search import ranking
 from paraplan.search.grid_index import GridIndex, evaluate_groups, expand
 from paraplan.search.result import FasterMiss, NearestMiss, PoolItem, objective_value, trim_pool
 from paraplan.search.table import RowTable, feasible_columns
+from paraplan.specs.rules import host_capacity_bytes
 
 
 class Scan:
@@ -23,7 +24,7 @@ class Scan:
             peak_flops,
         )
         self.capacity = problem.system.accelerator.hbm_capacity
-        self.host_capacity = problem.system.accelerator.host_memory or np.inf
+        self.host_capacity = host_capacity_bytes(problem.system.accelerator.host_memory)
         self.pool: list[PoolItem] = []
         self.threshold = np.inf
         self.ceiling = np.inf  # the least threshold other processes of a split search have reached (search.block_processes)

@@ -417,6 +417,13 @@ def stage_rules(
 
 
 # ---- the system ----------------------------------------------------------------------------------
+def host_capacity_bytes(host_memory: float | None) -> float:
+    """The host memory a stage's offloaded state may fill (step.result.StageMemory.host_capacity_bytes): the
+    system's accelerator.host_memory, unbounded when it declares none (offload_rule then refuses every offload,
+    so only plans that keep nothing on the host are priced against it)."""
+    return host_memory or float("inf")
+
+
 def offload_rule(
     offloads: bool, host_bandwidth: float | None, host_memory: float | None, system: str
 ) -> str | None:

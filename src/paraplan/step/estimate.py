@@ -13,26 +13,19 @@ from functools import lru_cache
 
 from paraplan.cost.comm import collective_time_s
 from paraplan.cost.compute import op_times_s
-from paraplan.cost.summa import grid_spans
-from paraplan.cost.moe import EXPERT_GROUPS, expert_group_span, moe_collective_time_s
 from paraplan.cost.flops import model_flops_per_step, recompute_flops_per_token
+from paraplan.cost.moe import EXPERT_GROUPS, expert_group_span, moe_collective_time_s
+from paraplan.cost.summa import grid_spans
 from paraplan.graph.ops import ExpertShape
 from paraplan.graph.transformer import LayerShape
-from paraplan.step.result import CommCost, Estimate, OpCost, StageMemory, TimeBreakdown
-from paraplan.step.compose import SCHEDULE_FLAGS, StepInputs, compose_step
-from paraplan.step.constants import stack_shape_fields
-from paraplan.step.stage_memory import dualpipe_memory_terms, memory_at, stage_holdings
-from paraplan.step.placement import StageDims, placed_stage_inputs, plan_stages_tile
 from paraplan.specs.errors import InputError, Violation
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.parallel import ParallelDims
 from paraplan.specs.plan import STATE_FIELDS, PlanSpec, plan_violations
 from paraplan.specs.recompute import modules_of
-from paraplan.specs.rules import offload_rule, uniform_model_violations
+from paraplan.specs.rules import host_capacity_bytes, offload_rule, uniform_model_violations
 from paraplan.specs.rules_precision import accelerator_rules
 from paraplan.specs.system import SystemSpec
-from paraplan.step.layer_shape import layer_shape_from
-from paraplan.step.layout import StageMix
 from paraplan.step.build import (
     BLOCK_KINDS,
     GridKnobs,
@@ -43,7 +36,13 @@ from paraplan.step.build import (
     row_facts,
     system_terms,
 )
-
+from paraplan.step.compose import SCHEDULE_FLAGS, StepInputs, compose_step
+from paraplan.step.constants import stack_shape_fields
+from paraplan.step.layer_shape import layer_shape_from
+from paraplan.step.layout import StageMix
+from paraplan.step.placement import StageDims, placed_stage_inputs, plan_stages_tile
+from paraplan.step.result import CommCost, Estimate, OpCost, StageMemory, TimeBreakdown
+from paraplan.step.stage_memory import dualpipe_memory_terms, memory_at, stage_holdings
 
 _BREAKDOWN_FIELDS = tuple(f.name for f in fields(TimeBreakdown))
 _MEMORY_FIELDS = tuple(f.name for f in fields(StageMemory))
@@ -223,7 +222,7 @@ def estimate(
                 StageMemory(
                     stage=index,
                     capacity_bytes=acc.hbm_capacity,
-                    host_capacity_bytes=acc.host_memory or float("inf"),
+                    host_capacity_bytes=host_capacity_bytes(acc.host_memory),
                     **{name: float(terms[name]) for name in _MEMORY_FIELDS if name in terms},
                 )
             )

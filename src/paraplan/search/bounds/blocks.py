@@ -60,10 +60,6 @@ from paraplan.search.bounds.expert_floors import (
     costing_experts,
     least_memory_expert,
 )
-from paraplan.search.bounds.work_floors import EXPERT_TERMS, ModeFloors, work_floors
-from paraplan.search.shapes import layer_shape_of, shape_keys_of
-from paraplan.search.space import SearchProblem, distinct_orders, rows_per_micro_batch
-from paraplan.search.table import TABLE_CACHES
 from paraplan.search.bounds.step_floors import (
     SAFETY,
     LayerFloors,
@@ -72,12 +68,13 @@ from paraplan.search.bounds.step_floors import (
     stage_floors,
     stage_sum,
 )
+from paraplan.search.bounds.work_floors import EXPERT_TERMS, ModeFloors, work_floors
+from paraplan.search.shapes import layer_shape_of, shape_keys_of
+from paraplan.search.space import SearchProblem, distinct_orders, rows_per_micro_batch
+from paraplan.search.table import TABLE_CACHES
 from paraplan.specs.moe_model import moe_shaped
 from paraplan.specs.recompute import MODES, mode_modules
-from paraplan.step.constants import system_terms
-from paraplan.step.offload import offload_traffic_bytes
-from paraplan.step.compose import TRANSFORMER_KINDS
-from paraplan.step.schedules import least_in_flight_microbatches
+from paraplan.specs.rules import host_capacity_bytes
 from paraplan.step.build import (
     BLOCK_KINDS,
     EXPERT_FREE_KINDS,
@@ -85,6 +82,10 @@ from paraplan.step.build import (
     kind_memory_facts,
     model_block_kinds,
 )
+from paraplan.step.compose import TRANSFORMER_KINDS
+from paraplan.step.constants import system_terms
+from paraplan.step.offload import offload_traffic_bytes
+from paraplan.step.schedules import least_in_flight_microbatches
 
 
 class Block(NamedTuple):
@@ -322,7 +323,7 @@ def refined_bound(
         cache["constants"] = system_terms(problem.system, problem.dtype, problem.runtime)
     constants = cache["constants"]
     capacity = problem.system.accelerator.hbm_capacity
-    host_capacity = problem.system.accelerator.host_memory or math.inf
+    host_capacity = host_capacity_bytes(problem.system.accelerator.host_memory)
     offloads = any(activations for _, activations, _ in problem.offload_options)
     # a mode that raises no kind's work bounds the block at its own floor
     base = block_step_floor(problem, block, floors) if own_s is None else own_s
