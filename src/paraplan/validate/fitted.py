@@ -85,8 +85,8 @@ _AMP_SETS = (
 )  # the two groups of AMP's timed trials (validate/cases/hetero/amp2022.json)
 # Blackwell and Blackwell Ultra: the same fp8 tensor-core rate per SM and clock (datasheets: B200 and B300 4.5 PFLOPS
 # dense fp8 on HGX, GB200 and GB300 5 PFLOPS), so one fitted fp8 cap; Blackwell Ultra adds FP4 and attention rate only.
-# gb300-nvl72 carries the cap times its sustained-rate ratio to the GB200 (specs.power.power_bound_rate_ratio, 1.109:
-# 160 SMs at 1,400 W against 148 at 1,200 W); with_constants scales it by the same ratio as the others on a refit
+# gb300-nvl72 carries the cap times its measured sustained fp8 GEMM rate ratio to the GB200 (1.184: cuBLASLt fp8 in
+# one harness on both parts, catalog gb300-nvl72 sources); with_constants scales it by the same ratio as the others
 _BLACKWELL_FP8 = ("dgx-b200", "gb200-nvl72", "dgx-b300", "gb300-nvl72")
 # systems that run Megatron-Core MoE on Hopper / Blackwell GPUs with a host like the calibration runs' (gh200-96gb-quad:
 # the H100 GPU with a Grace host, as gb200-nvl72 / gb300-nvl72 pair Blackwell with Grace)
