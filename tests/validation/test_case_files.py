@@ -59,6 +59,8 @@ def test_bundled_files_load():
         "mbridge-2608.json",
         "mbridge-moe-b300.json",
         "mbridge-260601.json",
+        "mbridge-260401.json",
+        "mbridge-2606.json",
     } <= set(names)
     cases = load_cases()
     # 118 + the held-out FSDP-stack sets (20 llm-foundry, 23 torchtitan) + BLOOM-176B (1) + MaxText (1 + 4)
@@ -74,7 +76,9 @@ def test_bundled_files_load():
     # + Megatron-Bridge 26.08 MoE rows whose model and GPU the catalog has (mbridge-2608.json, 8)
     # + Megatron-Bridge 26.02 MoE rows on DGX B300 (mbridge-moe-b300.json, 4)
     # + Megatron-Bridge 26.06.01 MoE rows whose model and GPU the catalog has (mbridge-260601.json, 8)
-    assert len(cases) == 334 and len({(c.file, c.name) for c in cases}) == 334
+    # + Megatron-Bridge 26.04.01 rows whose model and GPU the catalog has (mbridge-260401.json, 14 dense + 20 MoE)
+    # + Megatron-Bridge 26.06 pre-training rows whose model and GPU the catalog has (mbridge-2606.json, 7 + 14)
+    assert len(cases) == 389 and len({(c.file, c.name) for c in cases}) == 389
 
 
 @pytest.mark.parametrize("suffix", [".json", ".yaml"])
@@ -158,7 +162,9 @@ def test_gb_cases_over_one_rack_use_64_gpus_per_rack():
     assert {c.system.node.gpus_per_domain for c in gb if c.plan.gpus > 72} == {64}
     assert {c.system.node.gpus_per_domain for c in gb if c.plan.gpus <= 72} == {72}
     # + the 26.02.01 405B rows (6) and the 26.06.01 DeepSeek-V3 / Qwen3 235B rows (4) on 256 GB200 / GB300
-    assert sum(c.plan.gpus > 72 for c in gb) == 44
+    # + the 26.04.01 rows of mbridge-260401.json (405B 6, DeepSeek-V3 2, Qwen3 235B 2, Kimi K2 1) and the 26.06
+    # rows of mbridge-2606.json (405B 6, DeepSeek-V3 3, Qwen3 235B 2, Kimi K2 1) on 256 GB200 / GB300
+    assert sum(c.plan.gpus > 72 for c in gb) == 44 + 11 + 12
 
 
 def test_documentation_keys_accepted(tmp_path):
