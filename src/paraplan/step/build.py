@@ -27,7 +27,9 @@ from paraplan.cost.comm import (
     collective_costs_s,
     group_span,
     linear_collective,
+    placed_span,
     placement_strides,
+    stage_group_spans,
 )
 from paraplan.cost.elementwise import logical_and, where
 from paraplan.cost.moe import expert_dp_span, moe_collective_time_and_price_s
@@ -36,7 +38,7 @@ from paraplan.graph.moe import moe_shaped
 from paraplan.graph.ops import collective_groups
 from paraplan.graph.transformer import LayerShape
 from paraplan.specs.model import ModelSpec
-from paraplan.specs.parallel import GRADIENT_GROUPS
+from paraplan.specs.parallel import DEFAULT_PLACEMENT, GRADIENT_GROUPS
 from paraplan.specs.system import SystemSpec
 from paraplan.step.block_sums import (  # noqa: F401 (re-exported: the search and the tests read them here)
     BlockComm,
@@ -167,11 +169,20 @@ PLACED_GROUPS: dict[str, tuple[str, ...]] = {
 
 def plan_spans(degrees, system: SystemSpec) -> dict[str, GroupSpan]:
     """Spans of the tp, cp and pp groups and of every gradient group (specs.parallel.GRADIENT_GROUPS);
-    ``degrees`` is anything with tp/cp/dp/pp attributes and ``placement_order``."""
+    ``degrees`` is anything with tp/cp/dp/pp attributes and ``placement_order``. Rank 0's
+    (cost.comm.group_span), but in the default order the tp and cp groups' are the slowest of the plan's
+    (cost.comm.stage_group_spans: a tp of 3 on 8-GPU domains straddles a boundary at ranks 6-8) and the
+    dense gradient group's stage 0's on its own ranks (cost.comm.placed_span: tp 6 · dp 4 puts ranks 0, 6 |
+    12 | 18 on three domains), as the per-stage path prices them."""
     strides = placement_strides(degrees)
     spans = {
         name: group_span(degrees, system, dims, strides) for name, dims in PLACED_GROUPS.items()
     }
+    if tuple(degrees.placement_order) == DEFAULT_PLACEMENT:
+        domain = system.node.gpus_per_domain
+        tp, cp, dp = degrees.tp, degrees.cp, degrees.dp
+        spans["tp"], spans["cp"] = stage_group_spans(tp, cp, dp, degrees.pp, domain)
+        spans["dense"] = placed_span(0, cp * dp, tp, domain)  # step.placement.placed_dense_group's
     if "expert" in GRADIENT_GROUPS:
         spans["expert"] = expert_dp_span(degrees, system)
     return spans
