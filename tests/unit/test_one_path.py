@@ -22,7 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from paraplan.catalog import load_framework, load_model, load_system
-from paraplan.cost.comm import strided_groups_span
+from paraplan.cost.group_spans import strided_groups_span
 from paraplan.cost.frameworks import apply_framework
 from paraplan.specs.cluster import uniform_cluster
 from paraplan.specs.plan import PlanSpec
@@ -227,11 +227,14 @@ def test_uniform_stage_classes_by_hand():
 
 # tp that does not divide the node (issue 31): gpt3-125m's 12 heads allow tp 3, 6 and 12 on 8-GPU nodes,
 # gpt3-1.3b's 16 heads tp 16 on 72-GPU NVL72 domains with more than 64 GPUs
-STRADDLING = (("gpt3-125m", SYSTEM, (1, 2, 3, 4, 6, 12), 48), ("gpt3-1.3b", "gb200-nvl72", (16,), 160))
+STRADDLING = (
+    ("gpt3-125m", SYSTEM, (1, 2, 3, 4, 6, 12), 48),
+    ("gpt3-1.3b", "gb200-nvl72", (16,), 160),
+)
 
 
 def tp_spans_by_stage(plan_fields: dict, domain: int) -> set:
-    """The span of each stage's slowest tp group (cost.comm.strided_groups_span), over the stages."""
+    """The span of each stage's slowest tp group (cost.group_spans.strided_groups_span), over the stages."""
     tp, pp = plan_fields["tp"], plan_fields["pp"]
     stage = plan_fields["gpus"] // pp
     return {strided_groups_span(s * stage, stage, tp, 1, domain) for s in range(pp)}
@@ -263,7 +266,7 @@ def straddling_plans(draw):
 @given(straddling_plans())
 def test_tp_groups_that_straddle_a_domain_boundary(case):
     """Both paths price a stage's tp collectives on its slowest tp group (step.stage_links.tp_span on the
-    stage's GPUs; step.build.plan_spans on the plan's ranks, both cost.comm.strided_groups_span) and its
+    stage's GPUs; step.build.plan_spans on the plan's ranks, both cost.group_spans.strided_groups_span) and its
     gradient group on its tp-rank-0 ranks (cost.comm.placed_span). Where every stage's slowest tp group
     sits alike (the stages tile the domains, or no tp group straddles) they agree in full. Otherwise (e.g.
     tp 3, pp 3 on 8-GPU nodes: only stage 2's straddles) the uniform path prices every stage on the plan's

@@ -6,14 +6,8 @@ from __future__ import annotations
 import pytest
 
 from paraplan.catalog import load_system
-from paraplan.cost.comm import (
-    GroupSpan,
-    group_span,
-    placed_span,
-    span_of_domains,
-    stage_group_spans,
-    strided_groups_span,
-)
+from paraplan.cost.comm import GroupSpan, group_span, placed_span, span_of_domains
+from paraplan.cost.group_spans import stage_group_spans, strided_groups_span
 from paraplan.specs.parallel import ParallelDims
 from paraplan.step.build import plan_spans
 from paraplan.step.p2p import PipelineLinks

@@ -29,8 +29,8 @@ from paraplan.cost.comm import (
     linear_collective,
     placed_span,
     placement_strides,
-    stage_group_spans,
 )
+from paraplan.cost.group_spans import stage_group_spans
 from paraplan.cost.elementwise import logical_and, where
 from paraplan.cost.moe import expert_dp_span, moe_collective_time_and_price_s
 from paraplan.cost.summa import with_summa_exposure
@@ -171,7 +171,7 @@ def plan_spans(degrees, system: SystemSpec) -> dict[str, GroupSpan]:
     """Spans of the tp, cp and pp groups and of every gradient group (specs.parallel.GRADIENT_GROUPS);
     ``degrees`` is anything with tp/cp/dp/pp attributes and ``placement_order``. Rank 0's
     (cost.comm.group_span), but in the default order the tp and cp groups' are the slowest of the plan's
-    (cost.comm.stage_group_spans: a tp of 3 on 8-GPU domains straddles a boundary at ranks 6-8) and the
+    (cost.group_spans.stage_group_spans: a tp of 3 on 8-GPU domains straddles a boundary at ranks 6-8) and the
     dense gradient group's stage 0's on its own ranks (cost.comm.placed_span: tp 6 · dp 4 puts ranks 0, 6 |
     12 | 18 on three domains), as the per-stage path prices them."""
     strides = placement_strides(degrees)

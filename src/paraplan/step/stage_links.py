@@ -12,13 +12,8 @@ from functools import lru_cache
 
 import numpy as np
 
-from paraplan.cost.comm import (
-    GroupSpan,
-    linear_collective,
-    slowest_span,
-    span_of_domains,
-    strided_groups_span,
-)
+from paraplan.cost.comm import GroupSpan, linear_collective, span_of_domains
+from paraplan.cost.group_spans import slowest_span, strided_groups_span
 from paraplan.specs.cluster import ClusterSpec
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.parallel import ParallelDims
@@ -157,7 +152,7 @@ def group_links(
 
 def tp_span(cluster: ClusterSpec, slices, tp: int, pool: str) -> GroupSpan:
     """The span of the slowest tensor-parallel group of a stage's GPUs on ``pool`` (runs of tp GPUs in rank
-    order from each slice's first, a TP group staying in one pool): cost.comm.strided_groups_span, the rule
+    order from each slice's first, a TP group staying in one pool): cost.group_spans.strided_groups_span, the rule
     a uniform plan's tp groups are priced by (step.build.plan_spans), on the pool's nodes."""
     domain = cluster.pool(pool).gpus_per_node
     return slowest_span(
@@ -260,9 +255,7 @@ def p2p_exchange_s(
         pool = b.slices[0][0]
         system = cluster.pool(pool).system
         span = tp_span(cluster, b.slices, b.dims.tp, pool)
-        out = out + linear_collective("all_gather", span, system).time_s(
-            whole
-        )
+        out = out + linear_collective("all_gather", span, system).time_s(whole)
     return out
 
 
