@@ -38,7 +38,7 @@ from paraplan.graph.moe import moe_shaped
 from paraplan.graph.ops import collective_groups
 from paraplan.graph.transformer import LayerShape
 from paraplan.specs.model import ModelSpec
-from paraplan.specs.parallel import DEFAULT_PLACEMENT, GRADIENT_GROUPS
+from paraplan.specs.parallel import GRADIENT_GROUPS
 from paraplan.specs.system import SystemSpec
 from paraplan.step.block_sums import (  # noqa: F401 (re-exported: the search and the tests read them here)
     BlockComm,
@@ -178,7 +178,7 @@ def plan_spans(degrees, system: SystemSpec) -> dict[str, GroupSpan]:
     spans = {
         name: group_span(degrees, system, dims, strides) for name, dims in PLACED_GROUPS.items()
     }
-    if tuple(degrees.placement_order) == DEFAULT_PLACEMENT:
+    if places_as_default(degrees, strides):
         domain = system.node.gpus_per_domain
         tp, cp, dp = degrees.tp, degrees.cp, degrees.dp
         spans["tp"], spans["cp"] = stage_group_spans(tp, cp, dp, degrees.pp, domain)
@@ -186,6 +186,29 @@ def plan_spans(degrees, system: SystemSpec) -> dict[str, GroupSpan]:
     if "expert" in GRADIENT_GROUPS:
         spans["expert"] = expert_dp_span(degrees, system)
     return spans
+
+
+def places_as_default(degrees, strides: dict[str, int]) -> bool:
+    """Whether the placement puts every group of more than one rank where Megatron-Core's default order
+    (tp-cp-dp-pp) does: the same stride (``strides``: cost.comm.placement_strides) for each."""
+    default = {"tp": 1, "cp": degrees.tp, "dp": degrees.tp * degrees.cp}
+    default["pp"] = default["dp"] * degrees.dp
+    return all(strides[g] == default[g] for g in default if getattr(degrees, g) > 1)
+
+
+def default_order_key(degrees, system: SystemSpec) -> tuple | None:
+    """What search.space.distinct_orders compares the default order by where plan_spans does not price it on rank
+    0's spans (a tp group straddling a domain boundary, tp 3 on 8-GPU domains): the PLACED_GROUPS' members per
+    domain where each span has ⌈size/per_domain⌉ domains as rank 0's do, else the spans themselves (no other
+    order's equal them); None where they are rank 0's (``degrees``: default order)."""
+    strides = placement_strides(degrees)
+    spans = plan_spans(degrees, system)
+    placed = tuple(spans[name] for name in PLACED_GROUPS)
+    if placed == tuple(group_span(degrees, system, d, strides) for d in PLACED_GROUPS.values()):
+        return None
+    if all(s.domains == -(-s.size // s.per_domain) for s in placed):
+        return tuple(s.per_domain for s in placed)
+    return placed
 
 
 def placed_domains(degrees, system: SystemSpec) -> tuple[int, ...]:
