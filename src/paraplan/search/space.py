@@ -402,15 +402,12 @@ class SearchProblem(GridAxes):
             dispatchers = [
                 d for d in (self.dispatchers or ()) if dispatcher_rule(d, self.capacity_factor)
             ]
-            why = (
-                rules[0][2]
-                if rules
-                else (
-                    dispatcher_rule(dispatchers[0], self.capacity_factor)
-                    if dispatchers
-                    else "no plan has it"
-                )
-            )
+            if rules:
+                _field, _value, why = rules[0]  # specs.rules.Rule: (field, value, rule)
+            elif dispatchers:
+                why = dispatcher_rule(dispatchers[0], self.capacity_factor)
+            else:
+                why = "no plan has it"
             raise InputError(
                 f"ep: {list(self.ep or ())} / etp: {list(self.etp or ())} / dispatcher: "
                 f"{list(self.dispatchers or ())} leave no expert layout for {self.model.name} on {self.gpus} GPUs "
