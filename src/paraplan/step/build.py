@@ -170,10 +170,11 @@ PLACED_GROUPS: dict[str, tuple[str, ...]] = {
 def plan_spans(degrees, system: SystemSpec) -> dict[str, GroupSpan]:
     """Spans of the tp, cp and pp groups and of every gradient group (specs.parallel.GRADIENT_GROUPS);
     ``degrees`` is anything with tp/cp/dp/pp attributes and ``placement_order``. Rank 0's
-    (cost.comm.group_span), but in the default order the tp and cp groups' are the slowest of the plan's
-    (cost.group_spans.stage_group_spans: a tp of 3 on 8-GPU domains straddles a boundary at ranks 6-8) and the
-    dense gradient group's stage 0's on its own ranks (cost.comm.placed_span: tp 6 · dp 4 puts ranks 0, 6 |
-    12 | 18 on three domains), as the per-stage path prices them."""
+    (cost.comm.group_span), but where the groups sit as in the default order (``places_as_default``) the tp
+    and cp groups' are the slowest of the plan's (cost.group_spans.stage_group_spans: a tp of 3 on 8-GPU
+    domains straddles a boundary at ranks 6-8) and the dense gradient group's stage 0's on its own ranks
+    (cost.comm.placed_span: tp 6 · dp 4 puts ranks 0, 6 | 12 | 18 on three domains), as the per-stage path
+    prices them."""
     strides = placement_strides(degrees)
     spans = {
         name: group_span(degrees, system, dims, strides) for name, dims in PLACED_GROUPS.items()
