@@ -22,6 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from paraplan.catalog import load_framework, load_model, load_system
+from paraplan.cost.group_spans import strided_groups_span
 from paraplan.cost.frameworks import apply_framework
 from paraplan.specs.cluster import uniform_cluster
 from paraplan.specs.plan import PlanSpec
@@ -222,3 +223,60 @@ def test_uniform_stage_classes_by_hand():
     assert (float(last), int(n)) == (2 * 1.0 + 1 * 10.0, 1)
     (last, _), _ = uniform_group_p2p(links, 7, 1, 8, 1)  # 1F1B: no wrapping exchange
     assert float(last) == 1.0
+
+
+# tp that does not divide the node (issue 31): gpt3-125m's 12 heads allow tp 3, 6 and 12 on 8-GPU nodes,
+# gpt3-1.3b's 16 heads tp 16 on 72-GPU NVL72 domains with more than 64 GPUs
+STRADDLING = (
+    ("gpt3-125m", SYSTEM, (1, 2, 3, 4, 6, 12), 48),
+    ("gpt3-1.3b", "gb200-nvl72", (16,), 160),
+)
+
+
+def tp_spans_by_stage(plan_fields: dict, domain: int) -> set:
+    """The span of each stage's slowest tp group (cost.group_spans.strided_groups_span), over the stages."""
+    tp, pp = plan_fields["tp"], plan_fields["pp"]
+    stage = plan_fields["gpus"] // pp
+    return {strided_groups_span(s * stage, stage, tp, 1, domain) for s in range(pp)}
+
+
+@st.composite
+def straddling_plans(draw):
+    """A uniform plan whose tp groups may straddle a domain boundary for some ranks (tp 3 on 8-GPU nodes puts
+    ranks 6-8 on two), 1F1B or GPipe, ZeRO 0-3."""
+    name, system, tps, most = draw(st.sampled_from(STRADDLING))
+    tp = draw(st.sampled_from(tps))
+    pp = draw(st.sampled_from([p for p in (1, 2, 3, 4) if tp * p <= most]))
+    dp = draw(st.sampled_from([d for d in range(1, 11) if tp * pp * d <= most]))
+    microbatches = draw(st.sampled_from((1, 4)))
+    plan = {
+        "gpus": tp * pp * dp,
+        "tp": tp,
+        "pp": pp,
+        "micro_batch": 1,
+        "global_batch": dp * microbatches,
+        "seq_length": 1024,
+        "zero": draw(st.sampled_from((0, 1, 3))),
+        "schedule": draw(st.sampled_from(("1f1b", "gpipe") if pp > 1 else ("1f1b",))),
+    }
+    return name, system, plan
+
+
+@settings(max_examples=40, derandomize=True, deadline=None, database=None)
+@given(straddling_plans())
+def test_tp_groups_that_straddle_a_domain_boundary(case):
+    """Both paths price a stage's tp collectives on its slowest tp group (step.stage_links.tp_span on the
+    stage's GPUs; step.build.plan_spans on the plan's ranks, both cost.group_spans.strided_groups_span) and its
+    gradient group on its tp-rank-0 ranks (cost.comm.placed_span). Where every stage's slowest tp group
+    sits alike (the stages tile the domains, or no tp group straddles) they agree in full. Otherwise (e.g.
+    tp 3, pp 3 on 8-GPU nodes: only stage 2's straddles) the uniform path prices every stage on the plan's
+    slowest, the per-stage path each stage on its own (the uniform path has no per-stage block costs, an
+    issue 31 leftover): memory still agrees."""
+    name, system, plan = case
+    uniform, per_stage = both_paths(name, system, **plan)
+    if len(tp_spans_by_stage(plan, load_system(system).node.gpus_per_domain)) == 1:
+        assert_same(uniform, per_stage)
+        return
+    for us, ps in zip(uniform.stages, per_stage.stages, strict=True):
+        for field in MEMORY_FIELDS:
+            assert getattr(ps, field) == pytest.approx(getattr(us, field), rel=REL, abs=1e-6)

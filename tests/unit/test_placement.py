@@ -7,7 +7,9 @@ import pytest
 
 from paraplan.catalog import load_system
 from paraplan.cost.comm import GroupSpan, group_span, placed_span, span_of_domains
+from paraplan.cost.group_spans import stage_group_spans, strided_groups_span
 from paraplan.specs.parallel import ParallelDims
+from paraplan.step.build import plan_spans
 from paraplan.step.p2p import PipelineLinks
 from paraplan.step.placement import StageDims, boundary_crosses, placed_p2p_s, plan_stages_tile
 from tests.unit.test_one_path import assert_same, both_paths
@@ -111,3 +113,31 @@ def test_boundary_rule_is_the_pairwise_one(domain, tp):
                 )
                 assert bool(boundary_crosses(a, b, stage, tp, domain)) is pairwise
                 assert bool(boundary_crosses(b, a, stage, tp, domain)) is pairwise
+
+
+@pytest.mark.parametrize(
+    "first, ranks, members, stride, span",
+    [
+        (0, 8, 4, 1, (4, 4, 1)),  # tp 4 divides the node: rank 0's
+        (0, 24, 3, 1, (3, 2, 2)),  # tp 3: ranks 6, 7 | 8 and 15 | 16, 17
+        (0, 3, 3, 1, (3, 3, 1)),  # stage 0 of S = 3 alone
+        (6, 3, 3, 1, (3, 2, 2)),  # stage 2 of S = 3: ranks 6, 7 | 8
+        (0, 24, 6, 1, (6, 4, 2)),  # tp 6: 6, 7 | 8-11 and 12-15 | 16, 17
+        (0, 12, 2, 3, (2, 1, 2)),  # cp 2 with tp 3: ranks 6 | 9
+        (0, 24, 12, 1, (12, 8, 2)),  # tp 12: 0-7 | 8-11, 12-15 | 16-23
+    ],
+)
+def test_strided_groups_span_by_hand(first, ranks, members, stride, span):
+    assert strided_groups_span(first, ranks, members, stride, D) == GroupSpan(*span)
+
+
+def test_plan_spans_price_the_slowest_tp_group():
+    """tp 3 · dp 8 on 8-GPU nodes: rank 0's tp group sits on node 0, ranks 6-8 straddle; the dense gradient
+    group of tp-rank-0 ranks 0, 3, 6 | 9, 12, 15 | 18, 21 spans three nodes (group_span said two)."""
+    system = load_system("dgx-h100-80gb")
+    dims = ParallelDims(tp=3, dp=8, pp=2)
+    assert group_span(dims, system, "tp") == GroupSpan(3, 3, 1)
+    spans = plan_spans(dims, system)
+    assert spans["tp"] == GroupSpan(3, 2, 2)
+    assert spans["dense"] == GroupSpan(8, 3, 3)
+    assert stage_group_spans(3, 1, 8, 2, D) == (GroupSpan(3, 2, 2), GroupSpan(1, 1, 1))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 from paraplan.catalog import load_model, load_system
+from paraplan.cost.comm import GroupSpan
 from paraplan.specs.plan import PlanSpec
 from paraplan.step.blocks import head_tensors_shared_with_embedding, model_blocks
 from paraplan.step.engines import ENGINES
@@ -49,7 +50,14 @@ def test_one_stage_counts_a_tied_table_once():
 def test_a_per_stage_plans_head_leaves_out_the_table_beside_the_embedding(first_and_last, expected):
     model = load_model("gpt3-1.3b")
     units = pool_units(
-        model, A100, layer_shape(_plan(1), A100), "none", first_and_last, ENGINES["megatron"]
+        model,
+        A100,
+        layer_shape(_plan(1), A100),
+        "none",
+        first_and_last,
+        ENGINES["megatron"],
+        False,
+        GroupSpan(1, 1, 1),
     )
     kinds = [ref.kind for ref in dict.fromkeys(model_blocks(model))]
     head = units[kinds.index("head")]

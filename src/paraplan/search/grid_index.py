@@ -50,7 +50,7 @@ class GridIndex:
         arrays = []
         for parts, size in zip(self.parts, sizes):
             if size:
-                options = (parts[0], tuple(parts[1]), tuple(parts[2]))
+                options = (parts.schedules, tuple(parts.states), tuple(parts.offloads))
                 if options not in built:
                     built[options] = grid_arrays(parts)
                 arrays.append(built[options])

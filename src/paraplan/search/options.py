@@ -175,11 +175,19 @@ def rows(problem):
                         yield Row(dims, spans, mb, gb, *knob, expert.dispatcher, expert.a2a_overlap)
 
 
-def grid_parts(problem, pp: int, microbatches: int, dp_size: int) -> tuple[list, list, list]:
+class GridParts(NamedTuple):
+    """The three option lists whose product is a row's grid (``grid_parts``)."""
+
+    schedules: list
+    states: list
+    offloads: list
+
+
+def grid_parts(problem, pp: int, microbatches: int, dp_size: int) -> GridParts:
     """The three option lists whose product is a row's grid (it depends on pp, m and dp·cp only):
     schedule options (vpp, schedule, split), state options (zero, overlap_dp,
     overlap_gather), offload options (weights, activations, optimizer)."""
-    return (
+    return GridParts(
         problem.schedule_options(pp, microbatches),
         problem.state_options(dp_size, pp),
         problem.offload_options,

@@ -58,7 +58,7 @@ class Costings:
 
     def __init__(self) -> None:
         self.placement_names: list[str] = []
-        self.costs: list[tuple] = []  # per (shape, tp span, cp span): the three (_cost_inputs)
+        self.costs: list[CostInputs] = []  # per (shape, tp span, cp span): _cost_inputs
         self.memories: list = []  # per (shape, recompute): block kind -> BlockMemoryFacts (None: not yet)
         self.transfers: list = []  # per (tp, cp, micro-batch, pp span): step.p2p.PipelineLinks
         self.groups: list[dict] = []  # per set of gradient-group spans: name -> GradientGroup
@@ -176,7 +176,17 @@ def _state_shape(problem: SearchProblem, shaped: bool, tp, cp, micro_batch, key,
     )
 
 
-def _cost_inputs(problem: SearchProblem, shaped: bool, tp, cp, micro_batch, state, pair) -> tuple:
+class CostInputs(NamedTuple):
+    """What step.build.kind_cost_facts costs a block kind at (after the model and the system)."""
+
+    shape: object
+    tp_span: object
+    cp_span: object
+
+
+def _cost_inputs(
+    problem: SearchProblem, shaped: bool, tp, cp, micro_batch, state, pair
+) -> CostInputs:
     """(layer shape, tp span, cp span): what step.build.kind_cost_facts costs a block kind at; the shape built once
     per (tp, cp, micro-batch, state), whatever the span pair (Llama 3.1 405B: 880 shapes for 4,705 entries)."""
     shapes = problem._memo.setdefault("cost_shapes", {})
@@ -184,7 +194,7 @@ def _cost_inputs(problem: SearchProblem, shaped: bool, tp, cp, micro_batch, stat
     shape = shapes.get(key)
     if shape is None:
         shape = shapes[key] = _state_shape(problem, shaped, tp, cp, micro_batch, *state)
-    return (shape, *pair)
+    return CostInputs(shape, *pair)
 
 
 def _block_memory(problem: SearchProblem, shaped: bool, tp, cp, micro_batch, state) -> dict:

@@ -64,7 +64,7 @@ from paraplan.specs.rules_moe import (
 )
 from paraplan.specs.system import SystemSpec
 from paraplan.specs.tp_layout import TP_LAYOUTS
-from paraplan.step.build import placed_domains, plan_spans
+from paraplan.step.build import default_order_key, placed_domains, plan_spans
 
 # the rows, grids and plans of the space (search.options) and the grid's schedules (search.grid_axes), named here too
 __all__ = [
@@ -94,7 +94,7 @@ PLACEMENT_ORDERS = (
 
 @lru_cache(maxsize=4096)
 def distinct_orders(
-    clipped: tuple[int, int, int, int], system: SystemSpec, vary: bool
+    clipped: tuple[int, int, int, int], system: SystemSpec, vary: bool, default_key=None
 ) -> tuple[tuple[str, ...], ...]:
     """The placement orders with distinct spans, the first order of each (``vary`` False: the default order alone),
     for degrees (tp, pp, cp, dp) whose min(degree, D) are ``clipped``, D the system's GPUs per NVLink domain. Which
@@ -102,7 +102,8 @@ def distinct_orders(
     factorization share every group's size, so they differ only in members per domain, which cost.comm._span_of reads
     from min(size, D) and from the strides below D (a stride is a product of degrees, below D exactly when the product
     of their clipped values is, and then equal to it); the expert span reads no order. Orders equal without their
-    degree-1 dimensions change no stride and are not costed."""
+    degree-1 dimensions change no stride and are not costed. ``default_key``: the default order's key where its tp and
+    cp groups straddle (step.build.default_order_key), None elsewhere."""
     sizes = dict(zip(("tp", "pp", "cp", "dp"), clipped))
     seen, tried, out = set(), set(), []
     for order in PLACEMENT_ORDERS if vary else PLACEMENT_ORDERS[:1]:
@@ -111,6 +112,7 @@ def distinct_orders(
             continue
         tried.add(effective)
         key = placed_domains(ParallelDims(**sizes, placement_order=order), system)
+        key = default_key if default_key is not None and order == DEFAULT_PLACEMENT else key
         if key not in seen:
             seen.add(key)
             out.append(order)
@@ -273,7 +275,8 @@ class SearchProblem(GridAxes):
         domain = self.system.node.gpus_per_domain
         clipped = tuple(min(n, domain) for n in (tp, pp, cp, dp))
         vary = launch.placement_varied(self.framework, self.vary_placement)
-        return distinct_orders(clipped, self.system, vary)
+        straddled = default_order_key(ParallelDims(tp, cp, dp, pp), self.system)
+        return distinct_orders(clipped, self.system, vary, straddled)
 
     # ---- level 2: knobs that set per-layer costs ----------------------------------------------
     def micro_batches(self, dp: int) -> list[BatchOption]:
@@ -399,15 +402,12 @@ class SearchProblem(GridAxes):
             dispatchers = [
                 d for d in (self.dispatchers or ()) if dispatcher_rule(d, self.capacity_factor)
             ]
-            why = (
-                rules[0][2]
-                if rules
-                else (
-                    dispatcher_rule(dispatchers[0], self.capacity_factor)
-                    if dispatchers
-                    else "no plan has it"
-                )
-            )
+            if rules:
+                _field, _value, why = rules[0]  # specs.rules.Rule: (field, value, rule)
+            elif dispatchers:
+                why = dispatcher_rule(dispatchers[0], self.capacity_factor)
+            else:
+                why = "no plan has it"
             raise InputError(
                 f"ep: {list(self.ep or ())} / etp: {list(self.etp or ())} / dispatcher: "
                 f"{list(self.dispatchers or ())} leave no expert layout for {self.model.name} on {self.gpus} GPUs "

@@ -235,7 +235,7 @@ class RowTable:
         collective costed), worked out once per layer shape (``work_floors``)."""
         if self._statics is None:
             model, system = self.problem.model, self.problem.system
-            shapes = [inputs[0] for inputs in self.costings.costs]
+            shapes = [inputs.shape for inputs in self.costings.costs]
             distinct = list(dict.fromkeys(shapes))
             self._statics = {}
             for kind in self.layer_kinds:
@@ -248,7 +248,7 @@ class RowTable:
         the kind's weight tensors only, no op costed), worked out once per layer shape when first read."""
         if self._widths is None:
             model = self.problem.model
-            distinct = list(dict.fromkeys(inputs[0] for inputs in self.costings.costs))
+            distinct = list(dict.fromkeys(inputs.shape for inputs in self.costings.costs))
             self._widths = {
                 kind: max(kind_small_width(model, shape, kind) for shape in distinct)
                 for kind in self.kinds

@@ -172,6 +172,7 @@ def stage_arrays(
             setting.dims.pp == 1,
             rules,
             common.overlap_tp_comm,
+            tp_span(cluster, setting.slices, setting.dims.tp, pool),
         )
         for pool, system in zip(pools, systems)
     }

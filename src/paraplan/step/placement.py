@@ -11,8 +11,12 @@ nodes) stages differ: a stage's data-parallel group spans the nodes its ranks si
 a boundary crosses nodes when some replica's two GPUs do (``boundary_crosses``). ``placed_stage_inputs`` then
 lays the stages out one by one, each with its own links and gradient group, as the per-stage path
 (step.per_stage on step.stage_links) prices the same plan, and the step waits for the slowest stage. The tp and
-cp groups and the expert gradient group (carved out of a stage's ranks, cost.moe.expert_dp_span) keep rank 0's
-spans: a per-stage plan has no cp or ep to compare with, and a tp group that divides the node never straddles.
+cp groups are priced on the plan's slowest (step.build.plan_spans, cost.group_spans.stage_group_spans: tp 3 on
+8-GPU nodes straddles at ranks 6-8) at every position, where the per-stage path prices each stage on its own
+slowest tp group (step.stage_links.tp_span): the two agree wherever every stage's slowest tp group sits alike (the
+stages tile the nodes, or tp divides the node); elsewhere every uniform stage gets the plan's slowest (the
+uniform path has no per-position block costs). The expert groups keep their closed-form spans (cost.moe.expert_span,
+expert_dp_span), which assume ep·etp divides the domain.
 """
 
 from __future__ import annotations

@@ -33,7 +33,6 @@ from paraplan.step.build import BlockFacts, block_cost, tp_overlap
 from paraplan.specs.recompute import RECOMPUTE_CODES
 from paraplan.step.compose import BLOCK_TERM_NAMES, BlockCost
 from paraplan.step.engines import EngineRules, host_layer_times_s
-from paraplan.step.stage_links import tp_span
 
 NO_SPAN = GroupSpan(1, 1, 1)
 
@@ -52,10 +51,11 @@ def _block_facts(
     recompute: str,
     memory_factor: float,
     head_params: float | None,
-    async_tp: bool = True,
+    async_tp: bool,
+    span: GroupSpan,
 ) -> BlockFacts:
-    """One distinct block's sums on one pool's GPUs (step.block_sums: TP collectives on the stage's TP
-    group, no CP; backward ones hidden only where the engine runs them asynchronously, ``async_tp``:
+    """One distinct block's sums on one pool's GPUs (step.block_sums: TP collectives on the stage's slowest
+    TP group, ``span``, step.stage_links.tp_span; no CP; backward ones hidden only where the engine runs them asynchronously, ``async_tp``:
     step.engines.EngineRules.async_tp_backward), parameters (``head_params`` in place of the graph's when given: the output block sharing
     the stage with the input block, whose weight tensors then leave out the tied table:
     step.blocks.head_tensors_shared_with_embedding) and memory (step.blocks.block_memory; kept and held bytes times the
@@ -68,7 +68,6 @@ def _block_facts(
     if head_params is not None:  # the output block beside the input block: the tied table once
         tensors = tensors - head_tensors_shared_with_embedding(w)
     kept, held, buffer = block_memory(model, ref, shape, recompute)
-    span = tp_span(system, shape.tp)
     comm = block_comm(graph, system, span, NO_SPAN, async_tp=async_tp)
     if dtensor_tp(system):  # PyTorch AsyncTP's collective matmuls (cost.async_tp)
         comm = with_async_tp_exposure(comm, graph, system, shape.dtype, span)
@@ -112,12 +111,13 @@ def pool_units(
     recompute: str,
     first_and_last: bool,
     rules: EngineRules,
-    overlap_tp_comm: bool = False,
+    overlap_tp_comm: bool,
+    span: GroupSpan,
 ) -> tuple[BlockCost, ...]:
     """One BlockCost per distinct block (``distinct_blocks``) on one pool's GPUs, through step.build.block_cost
     (the uniform path's) with the engine's rules (``_block_facts``' async_tp, ``_with_engine``); TP comm-GEMM overlap as
-    the plan asks, where the stage's TP group sits in one NVLink domain (step.build.tp_overlap)."""
-    overlap = tp_overlap(overlap_tp_comm, tp_span(system, shape.tp).domains)
+    the plan asks, where the stage's slowest TP group (``span``) sits in one NVLink domain (step.build.tp_overlap)."""
+    overlap = tp_overlap(overlap_tp_comm, span.domains)
     out = []
     for ref in distinct_blocks(model):
         head = ref.kind == "head" and first_and_last
@@ -131,6 +131,7 @@ def pool_units(
             rules.activation_memory_factor,
             params,
             rules.async_tp_backward,
+            span,
         )
         cost = block_cost(ref.kind, facts, RECOMPUTE_CODES[recompute], overlap)
         out.append(_with_engine(cost, rules, ref.is_layer, recompute))

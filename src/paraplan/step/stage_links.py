@@ -13,6 +13,7 @@ from functools import lru_cache
 import numpy as np
 
 from paraplan.cost.comm import GroupSpan, linear_collective, span_of_domains
+from paraplan.cost.group_spans import slowest_span, strided_groups_span
 from paraplan.specs.cluster import ClusterSpec
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.parallel import ParallelDims
@@ -149,9 +150,14 @@ def group_links(
     return span, synthetic_system(systems[0], inner, inner_lat, outer, outer_lat)
 
 
-def tp_span(system: SystemSpec, tp: int) -> GroupSpan:
-    domain = system.node.gpus_per_domain
-    return GroupSpan(tp, min(tp, domain), max(1, tp // domain))
+def tp_span(cluster: ClusterSpec, slices, tp: int, pool: str) -> GroupSpan:
+    """The span of the slowest tensor-parallel group of a stage's GPUs on ``pool`` (runs of tp GPUs in rank
+    order from each slice's first, a TP group staying in one pool): cost.group_spans.strided_groups_span, the rule
+    a uniform plan's tp groups are priced by (step.build.plan_spans), on the pool's nodes."""
+    domain = cluster.pool(pool).gpus_per_node
+    return slowest_span(
+        strided_groups_span(first, count, tp, 1, domain) for p, first, count in slices if p == pool
+    )
 
 
 def reshard_peers(senders: int, receivers: int) -> tuple[tuple[int, ...], ...]:
@@ -246,10 +252,10 @@ def p2p_exchange_s(
             p2p_time_s(cluster, a, b, fwd, receiver) + p2p_time_s(cluster, a, b, bwd, receiver)
         )
     if receiver and rules.gather_after_recv and rules.p2p_split_over_tp and b.dims.tp > 1:
-        system = cluster.pool(b.slices[0][0]).system
-        out = out + linear_collective("all_gather", tp_span(system, b.dims.tp), system).time_s(
-            whole
-        )
+        pool = b.slices[0][0]
+        system = cluster.pool(pool).system
+        span = tp_span(cluster, b.slices, b.dims.tp, pool)
+        out = out + linear_collective("all_gather", span, system).time_s(whole)
     return out
 
 

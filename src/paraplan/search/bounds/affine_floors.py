@@ -34,6 +34,7 @@ from paraplan.cost.compute import grouped_gemm_share
 from paraplan.cost.table_grouped import prices_kernels
 from paraplan.graph.transformer import cp_free_key
 from paraplan.search.bounds.expert_floors import KindFloors, costing_experts
+from paraplan.search.bounds.floor_memos import NO_CORE, CoreCost
 from paraplan.search.bounds.exposure_floors import (
     expert_gemm_floor_s,
     ring_added_s,
@@ -130,7 +131,7 @@ def _key_floors(problem, floors: KindFloors, fits: _Fits, members: list, key) ->
             return None
         if knob not in fits.lines:
             fits.lines[knob] = _fit(problem, floors, members, knob)
-        tokens, ring, costed = shape.local_tokens, None, (None, None)
+        tokens, ring, costed = shape.local_tokens, None, NO_CORE
         # the routed experts' floor is a function of the local tokens at a knob (its class's)
         experts_s = fits.experts.get((knob, tokens))
         for name, slope, intercept, expert_kind, ring_ok in fits.lines[knob]:
@@ -145,9 +146,9 @@ def _key_floors(problem, floors: KindFloors, fits: _Fits, members: list, key) ->
             if core:
                 if ring is None:
                     ring = ring_transfer_floor_s(model, system, shape)
-                if core is not costed[0]:
-                    costed = (core, floors._core(core, shape))
-                extra = costed[1]
+                if core is not costed.ops:
+                    costed = CoreCost(core, floors._core(core, shape))
+                extra = costed.compute
                 added = ring_added_s(ring, _NO_ATTENTION, extra) if ring_ok else 0.0
                 if expert_kind:  # KindFloors._floor's cheap sum, in its order
                     value = value + extra.forward + extra.backward + added

@@ -33,6 +33,7 @@ from paraplan.graph.moe_mlp import expert_knob_inputs, expert_knob_ops
 from paraplan.graph.ops import ExpertShape, LayerGraph, mark_recomputed, recomputed_op_names
 from paraplan.graph.transformer import cp_free_key, with_expert
 from paraplan.search.divisors import divisors
+from paraplan.search.bounds.floor_memos import NO_CORE, CoreCost, RestMemo
 from paraplan.search.bounds.exposure_floors import (
     KNOB_MEMO_SIZE,
     DispatchFloors,
@@ -183,9 +184,9 @@ class KindFloors:
         )  # DualPipe's pair computes on this share of the SMs
         # the memo of these options, found once per problem and options tuple (costing_experts keeps one per tp) while
         # _REST_FLOORS is not cleared
-        known = problem._memo.setdefault("rest_floors", {}).get(id(experts))
-        if known is not None and known[0] is experts and known[1] == _REST_GENERATION[0]:
-            self.rest = known[2]
+        known = (memo := problem._memo.setdefault("rest_floors", {})).get(id(experts))
+        if known is not None and known.holds(experts, _REST_GENERATION[0]):
+            self.rest = known.rest
             return
         # what the rest floors read beyond the kind and the shape: the expert options and their switches
         outer = (
@@ -196,7 +197,7 @@ class KindFloors:
         )
         found = _REST_FLOORS.get(outer)
         self.rest = found if found is not None else _remember(_REST_FLOORS, outer, {})
-        problem._memo["rest_floors"][id(experts)] = (experts, _REST_GENERATION[0], self.rest)
+        memo[id(experts)] = RestMemo(experts, _REST_GENERATION[0], self.rest)
 
     def __call__(self, name: str, shape) -> KindFloor:
         return dict(self.kinds(shape))[name]
@@ -208,18 +209,17 @@ class KindFloors:
         model = self.problem.model
         first = self._first(shape)
         free = ring = None
-        # (core ops, their compute): the layer kinds of a shape share one tuple
-        costed = (None, None)
+        costed = NO_CORE  # the layer kinds of a shape share one core (floor_memos.CoreCost)
         out = []
         for name in model_block_kinds(model):
             core = BLOCK_KINDS[name].core_ops(model, shape)
             if core is not None and free is None:
                 free = cp_free_key(first)
                 ring = ring_transfer_floor_s(model, self.problem.system, shape)
-            if core and core is not costed[0]:
-                costed = (core, self._core(core, shape))
+            if core and core is not costed.ops:
+                costed = CoreCost(core, self._core(core, shape))
             key = free if core is not None else first
-            extra = costed[1] if core else None
+            extra = costed.compute if core else None
             out.append((name, self._floor(name, shape, core, extra, first, key, ring, cheap)))
         return out
 

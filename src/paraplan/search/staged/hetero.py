@@ -99,13 +99,22 @@ def _gpu_list(cluster: ClusterSpec, order: tuple[str, ...]) -> list[tuple[str, i
     return [(name, i) for name in order for i in range(cluster.pool(name).gpu_count)]
 
 
+class _Slice(NamedTuple):
+    """A run of consecutive GPUs of one pool (StageSetting.slices' entries)."""
+
+    pool: str
+    first: int
+    count: int
+
+
 def _slices(gpus: list[tuple[str, int]]) -> tuple[tuple[str, int, int], ...]:
-    out: list[list] = []
+    out: list[_Slice] = []
     for pool, idx in gpus:
-        if out and out[-1][0] == pool and out[-1][1] + out[-1][2] == idx:
-            out[-1][2] += 1
+        last = out[-1] if out else None
+        if last is not None and last.pool == pool and last.first + last.count == idx:
+            out[-1] = last._replace(count=last.count + 1)
         else:
-            out.append([pool, idx, 1])
+            out.append(_Slice(pool, idx, 1))
     return tuple(tuple(s) for s in out)
 
 

@@ -124,7 +124,7 @@ def split_stages(
     microbatches: int,
     arrays=None,
     cutoff: float = math.inf,
-) -> tuple[float, tuple[int, ...]] | None:
+) -> SplitFound | None:
     """(step time, block boundaries) of a split of the model over these stage settings, or None when none
     fits. The split minimises Σ t_i + (m − 1)·max t_i + max u_i over the range matrices
     (search.staged.balance.balance_split; ``stage_matrices``: t the exact per-micro-batch work, u the tail
@@ -150,7 +150,14 @@ def split_stages(
         stage_at(arr.blocks, i, a, b)
         for i, (arr, a, b) in enumerate(zip(arrays, bounds, bounds[1:]))
     )
-    return compose_stages(stages, tied)[0], bounds
+    return SplitFound(compose_stages(stages, tied)[0], bounds)
+
+
+class SplitFound(NamedTuple):
+    """What ``split_stages`` finds: the split's step time and its block boundaries."""
+
+    step_s: float
+    bounds: tuple[int, ...]
 
 
 class _Bounded(NamedTuple):
@@ -238,6 +245,8 @@ def _solve_round(
         cutoff = found[top_k - 1][0] if len(found) >= top_k else math.inf
         best = split_stages(problem, b.settings, b.microbatches, b.arrays, cutoff)
         if best is not None:
-            found.append((best[0], b.bound, b.index, b.settings, best[1], b.microbatches, b.extra))
+            found.append(
+                (best.step_s, b.bound, b.index, b.settings, best.bounds, b.microbatches, b.extra)
+            )
             found.sort(key=lambda f: f[:3])
     return True

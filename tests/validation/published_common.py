@@ -1,0 +1,19 @@
+"""What the published-measurement tests share (tests/validation/test_published*.py): the validation report
+of every bundled case, run once per session (the ``report`` fixture, tests/validation/conftest.py), and the
+helpers that read it."""
+
+from __future__ import annotations
+
+from paraplan.validate.case_files import load_cases
+
+MOE_NAMES = {c.name for c in load_cases() if c.file == "moe-visible"}
+
+
+def _cases(report: dict, marker: str) -> list[dict]:
+    found = [c for c in report["cases"] if marker in c["source"]]
+    assert found, marker
+    return found
+
+
+def _mape(errors: list[float]) -> float:
+    return sum(abs(e) for e in errors) / len(errors)
