@@ -39,11 +39,7 @@ def calibrated():
 # ran them: on the LM-head GEMMs the latter timed alone (benchmarks/gpu/measured/h100-2026-11-27b/host/
 # gemm_alignment.csv: 706 / 814 / 800 TFLOP/s) the table gives 634 / 704 / 676 (docs/calibration.md:
 # GPU-to-GPU spread; what closes it is a table from the GPU that ran the steps).
-# mbridge-2606 (9.88 -> 10.18 %, its two H100 rows): the calibrated H100 prices the Llama 3.1 405B FP8 run on
-# 1,024 H100 (TP 8, PP 8, CP 2, VP 8) slower, +10.2 -> +10.9 %, as it does every 405B / 1,024-H100 row of the other
-# Megatron-Bridge files (mbridge-dense-more 25.09 / 25.11 / 26.02: +0.6 to +0.7 points each; mbridge-260401:
-# +10.9 -> +11.6 %), where those files' 70B rows improve more; the Qwen3 30B row improves (+9.6 -> +9.4 %).
-STILL_WORSE = {"hf-steps-2026-11", "mbridge-2606"}
+STILL_WORSE = {"hf-steps-2026-11"}
 
 
 def test_the_calibrated_h100_never_predicts_the_cases_worse_than_the_catalog(calibrated):
