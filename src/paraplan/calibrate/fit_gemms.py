@@ -19,21 +19,25 @@ from paraplan.specs.fields import with_fields
 from paraplan.specs.system import SystemSpec, gemm_cap_key
 from paraplan.step.estimate import estimate
 from paraplan.validate.case_files import Case, bundled_case_files, load_cases
-from paraplan.validate.fitted import FITTED_CONSTANTS
+from paraplan.validate.fitted import FITTED_CONSTANTS, FittedConstant
 
-Call = tuple[
-    float, tuple[int, int, int, int], str, int
-]  # flops, (b, m, n, k), dtype, calls per micro-batch
+# one GEMM call of a step: flops, (b, m, n, k), dtype, calls per micro-batch
+Call = tuple[float, tuple[int, int, int, int], str, int]
+
+
+def _constant(base_name: str, key: str) -> FittedConstant | None:
+    """validate.fitted's constant at the base's cap ``efficiency.<key>`` that ``base_name`` carries."""
+    for c in FITTED_CONSTANTS:
+        if c.path == ("accelerator", "efficiency", key) and base_name in c.systems:
+            return c
+    return None
 
 
 def fitted_on(base_name: str, key: str) -> tuple[str, ...]:
-    """Case files the base's cap ``efficiency.<key>`` was fitted on (validate.fitted: the constant at that
-    field carrying ``base_name``), () where the base carries no such fitted constant."""
-    for c in FITTED_CONSTANTS:
-        field = c.path == ("accelerator", "efficiency", key)
-        if field and base_name in c.systems:
-            return c.fitted_on
-    return ()
+    """Case files the base's cap ``efficiency.<key>`` was fitted on (``_constant``), () where the base carries
+    no such fitted constant."""
+    constant = _constant(base_name, key)
+    return constant.fitted_on if constant else ()
 
 
 @lru_cache(maxsize=64)
@@ -41,12 +45,10 @@ def _step_gemms(base_name: str, key: str) -> tuple[tuple[Call, ...], ...]:
     """Per step of the fit set (module docstring) whose plan runs its GEMMs on cap ``key`` and whose system
     carries the same fitted constant, that step's GEMM calls: each op of its op table (step.estimate
     ``with_ops``: count per GPU per micro-batch) as its forward and backward calls (cost.compute.gemm_calls)."""
-    files = fitted_on(base_name, key)
-    if not files:
+    constant = _constant(base_name, key)
+    if constant is None:
         return ()
-    systems = next(
-        c.systems for c in FITTED_CONSTANTS if c.fitted_on == files and c.path[-1] == key
-    )
+    files, systems = constant.fitted_on, constant.systems
     steps = []
     for case in load_cases([p for p in bundled_case_files() if p.stem in files]):
         if not isinstance(case, Case):

@@ -107,7 +107,8 @@ def keep_in_step_shares(cal, samples: list, attached: bool) -> None:
     to step times (docs/model.md §2, §6), which no kernel table shows. With r the table's time over the base's
     in-step time for the same GEMMs (``in_step_ratios``), per cap:
 
-    - attached, the table's GEMM times are divided by the in-step share s = min(1, r)
+    - attached, the table's GEMM times are divided by the in-step share s = min(1, r), r taken over the GEMMs
+      of the steps the base's cap was fitted on where it has such a cap (``_attached_ratio``)
       (``efficiency.table_in_step_share``, cost.compute) and the base cap is kept: the table prices every GEMM
       of its dtypes (bf16 grouped GEMMs per expert from its dense rows, cost.kernel_tables), the cap only the
       dtypes it did not measure (fp32, tf32, FP4; fp8 grouped GEMMs with the base's grouped share);
