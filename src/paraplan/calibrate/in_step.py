@@ -11,6 +11,7 @@ reported as the kernel rate alone.
 from __future__ import annotations
 
 from paraplan.calibrate.fit import EFF, cache_resident, with_values
+from paraplan.calibrate.fit_gemms import fit_set_ratio, fitted_on
 from paraplan.calibrate.readers import GemmSample
 from paraplan.cost.compute import gemm_cap_key, gemm_kernel_time_s, memory_time_s
 from paraplan.specs.system import SystemSpec
@@ -89,12 +90,25 @@ def keep_in_step_overhead(cal) -> bool:
     return OVERHEAD not in cal.values
 
 
+def _attached_ratio(cal, key: str, rows_r: float) -> tuple[float, str]:
+    """r for an attached table's share: over the GEMMs of the steps the base's cap was fitted on
+    (calibrate.fit_gemms.fit_set_ratio), where the base's in-step rate is known; over the table's rows
+    (``rows_r``) where the base carries no fitted cap with such steps."""
+    r = fit_set_ratio(cal.system, cal.base, key)
+    if r is None:
+        return rows_r, "over the table's rows"
+    files = ", ".join(fitted_on(cal.base.name, key))
+    where = f"over the GEMMs of the steps the base's cap was fitted on ({files})"
+    return r, f"{where}; over the table's rows {rows_r:.4g}"
+
+
 def keep_in_step_shares(cal, samples: list, attached: bool) -> None:
     """A GEMM table times kernels alone; the base system's GEMM caps are a kernel cap × an in-step share fitted
     to step times (docs/model.md §2, §6), which no kernel table shows. With r the table's time over the base's
     in-step time for the same GEMMs (``in_step_ratios``), per cap:
 
-    - attached, the table's GEMM times are divided by the in-step share s = min(1, r)
+    - attached, the table's GEMM times are divided by the in-step share s = min(1, r), r taken over the GEMMs
+      of the steps the base's cap was fitted on where it has such a cap (``_attached_ratio``)
       (``efficiency.table_in_step_share``, cost.compute) and the base cap is kept: the table prices every GEMM
       of its dtypes (bf16 grouped GEMMs per expert from its dense rows, cost.kernel_tables), the cap only the
       dtypes it did not measure (fp32, tf32, FP4; fp8 grouped GEMMs with the base's grouped share);
@@ -114,9 +128,10 @@ def keep_in_step_shares(cal, samples: list, attached: bool) -> None:
         fit_text = f"{fitted:.4g}" if fitted is not None else "not identified"
         if attached:
             share_path = f"{EFF}.table_in_step_share.{key}"
+            r, over = _attached_ratio(cal, key, r)
             updates[share_path] = cal.values[share_path] = min(1.0, r)
             cal.notes[share_path] = (
-                f"in-step share of the attached table's {dtype} GEMMs: min(1, r), r = {r:.4g}"
+                f"in-step share of the attached table's {dtype} GEMMs: min(1, r), r = {r:.4g} {over}"
             )
             updates[path] = base
             cal.notes[path] = (

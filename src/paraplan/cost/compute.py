@@ -406,6 +406,19 @@ def scale_swizzle_s(shape: tuple, acc: AcceleratorSpec, dtype: str) -> float:
     return sum(memory_time_s(nbytes, acc) for nbytes in scale_swizzle_bytes(shape, dtype, swizzle))
 
 
+def gemm_calls(
+    fwd_flops: float, bwd_flops: float, shape: tuple, input_grad: bool
+) -> list[tuple[float, tuple]]:
+    """(FLOPs, (b, m, n, k)) of a weight GEMM's kernel calls, forward first: backward of Y[m,n] = X[m,k]·W[k,n]
+    is dX = dY·Wᵀ (m×k, depth n) and dW = Xᵀ·dY (k×n, depth m), half the backward FLOPs each; dW alone
+    where the input needs no gradient (``input_grad`` False)."""
+    b, m, n, k = shape
+    if not input_grad:
+        return [(fwd_flops, shape), (bwd_flops, (b, k, n, m))]
+    half = bwd_flops / 2.0
+    return [(fwd_flops, shape), (half, (b, m, k, n)), (half, (b, k, n, m))]
+
+
 def op_times_s(op: Op, acc: AcceleratorSpec, dtype: str) -> tuple[float, float]:
     """(forward, backward) time of one op: GEMMs on tensor cores, fused attention, or HBM-bound (an eager
     stack's norms, activations, residual adds and loss from the measured kernels where the system's table
@@ -414,7 +427,6 @@ def op_times_s(op: Op, acc: AcceleratorSpec, dtype: str) -> tuple[float, float]:
     if op.kind in ("gemm", "grouped_gemm"):
         assert op.gemm_shape is not None
         time = gemm_time_s if op.kind == "gemm" else grouped_gemm_time_s
-        b, m, n, k = op.gemm_shape
         gemm_dtype = op.dtype or dtype
 
         def call(flops: float, shape: tuple) -> float:  # one GEMM call and its scale swizzles
@@ -422,12 +434,8 @@ def op_times_s(op: Op, acc: AcceleratorSpec, dtype: str) -> tuple[float, float]:
                 return 0.0
             return time(flops, shape, acc, gemm_dtype) + scale_swizzle_s(shape, acc, gemm_dtype)
 
-        # backward of Y[m,n] = X[m,k]·W[k,n]: dX = dY·Wᵀ (m×k, depth n) and dW = Xᵀ·dY (k×n, depth m)
-        fwd = call(op.fwd_flops, op.gemm_shape)
-        if not op.input_grad:
-            return fwd, call(op.bwd_flops, (b, k, n, m))
-        half = op.bwd_flops / 2.0
-        return fwd, call(half, (b, m, k, n)) + call(half, (b, k, n, m))
+        (fwd, shape), *bwd = gemm_calls(op.fwd_flops, op.bwd_flops, op.gemm_shape, op.input_grad)
+        return call(fwd, shape), sum(call(f, s) for f, s in bwd)
     if op.kind == "host_sync":  # no kernel: its GPU idle is priced on the host (cost.host)
         return 0.0, 0.0
     if op.kind == "attention":
