@@ -230,8 +230,7 @@ def _search_blocks(
                 part,
                 progress if part is mine else None,
                 shared,
-                parts,
-                first=bounds,
+                bounds,
             ),
             subsets,
             top_k,
@@ -269,9 +268,8 @@ def _branch_and_bound(
     parts: list,
     progress=None,
     shared=None,
-    every: list | None = None,
+    every: _FirstBounds | None = None,
     sink=None,
-    first: _FirstBounds | None = None,
 ) -> PartOutcome:
     """The blocks ``parts`` visited best bound first, each one's row table built only when its bound can still enter
     the top K, its rows scanned with the running threshold (the least of this scan's and, in processes, of
@@ -280,11 +278,12 @@ def _branch_and_bound(
     blocks visited only: a block skipped on a bound that memory raised (search.blocks.refined_bound) may hold plans
     that do not fit and are faster than the winner. In processes, a block to search is handed over (by its offset)
     when another process has finished its own blocks, and this process, once finished, searches the blocks the others
-    hand over (``every``: all the search's blocks; PartView.help_until_done) while its bound can still enter the top K:
-    the pools are merged, so the top K is the same whoever searches a block. ``sink``: search's ``evaluated_sink``;
-    ``first``: the first bounds of blocks that hold ``parts`` (_FirstBounds; None: worked out here)."""
+    hand over (``every``: the first bounds of all the search's blocks, _FirstBounds, worked out before the processes
+    forked; PartView.help_until_done) while its bound can still enter the top K:
+    the pools are merged, so the top K is the same whoever searches a block; the blocks start from those bounds
+    (without ``every``, from their own, worked out here). ``sink``: search's ``evaluated_sink``."""
     _block_search_code()
-    queue = _BlockQueue(problem, parts, first or _FirstBounds(problem, parts, progress))
+    queue = _BlockQueue(problem, parts, every or _FirstBounds(problem, parts, progress))
     scan = Scan(problem, None, top_k, None, queue.flops_per_token, queue.peak_flops, False)
     scan.shared, scan.evaluated_sink = shared, sink
     rows_done = done = 0
@@ -306,7 +305,7 @@ def _branch_and_bound(
         if progress is not None:
             progress(done, len(parts), "blocks")
     if shared is not None:
-        rows_done += _search_handed_over(problem, scan, shared, every or parts)
+        rows_done += _search_handed_over(problem, scan, shared, every.parts if every else parts)
     return _part_outcome(scan, top_k, rows_done)
 
 
@@ -337,7 +336,7 @@ class _FirstBounds:
         peak_flops = problem.system.accelerator.peak_matrix_flops(problem.dtype)
         flops = model_flops_per_token(problem.model, problem.seq_length) * tokens
         bounds = objective_value(problem, own_s, tokens, flops, peak_flops)
-        self.floors = first
+        self.parts, self.floors = parts, first
         offsets = [b.offset for b in parts]
         self.own_s = dict(zip(offsets, own_s.tolist()))
         self.bounds = dict(zip(offsets, bounds.tolist()))
