@@ -179,3 +179,44 @@ def test_handed_over_blocks_are_each_searched_once_by_some_process():
     alone.help_until_done(
         lambda block, bound: pytest.fail("nothing was handed over")
     )  # returns: all finished
+
+
+def test_a_split_search_works_out_the_first_bounds_once_before_it_forks(monkeypatch):
+    """search.run._FirstBounds: a split search works out every block's first bound once, in the parent, over all the
+    blocks (its processes inherit them); each part's queue then starts from one process's bits (the affine floors
+    fitted over every key, not the part's), and the plans are one process's."""
+    from tests.search.test_moe_search import mixtral_problem
+
+    from paraplan.search import run
+    from paraplan.search.bounds import affine_floors as affine
+    from paraplan.search.bounds.blocks import blocks
+
+    run._block_search_code()  # the block search's names, bound in search.run when first used
+    monkeypatch.setattr(affine, "AFFINE_MIN_KEYS", 1)  # the affine first bounds, however few keys
+    problem = mixtral_problem(
+        ep=(1, 2, 8), cp=(1, 2), micro_batch=(1, 2), global_batch=64, recompute=None
+    )
+    every = blocks(problem)
+    alone = run._BlockQueue(problem, every, run._FirstBounds(problem, every))
+    first = run._FirstBounds(problem, every)
+    assert first.cheap and set(first.bounds) == {b.offset for b in every}
+    part = every[1::2]
+    queue = run._BlockQueue(problem, part, first)
+    of_one = {every[i].offset: bound for bound, i, _ in alone.heap}
+    assert {part[i].offset: bound for bound, i, _ in queue.heap} == {
+        b.offset: of_one[b.offset] for b in part
+    }
+    assert queue.steps == alone.steps
+    one = run.search(problem, top_k=10, blocks=True, workers=1)
+    made = []
+
+    class Spy(run._FirstBounds):
+        def __init__(self, problem, parts, progress=None):
+            made.append(len(parts))
+            super().__init__(problem, parts, progress)
+
+    monkeypatch.setattr(run, "_FirstBounds", Spy)
+    monkeypatch.setattr(run, "PARALLEL_KEYS", 1)
+    two = run.search(problem, top_k=10, blocks=True, workers=2)
+    assert made == [len(every)]  # once, over every block: none in the processes
+    assert [(r.key, r.objective) for r in two.plans] == [(r.key, r.objective) for r in one.plans]

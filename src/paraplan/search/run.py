@@ -221,10 +221,16 @@ def _search_blocks(
     workers = auto_workers() if workers is None else workers
     if workers > 1 and len(keys) >= PARALLEL_KEYS and processes_available():
         subsets = split_by_costing_class(parts, workers, lambda b: costing_class(problem, b))
-        first = subsets[0]
+        # every block's first bound, once, before the fork: the workers inherit them (and the costings under them)
+        bounds, mine = _FirstBounds(problem, parts, progress), subsets[0]
         outcomes = run_parts(
             lambda part, shared: _branch_and_bound(
-                problem, top_k, part, progress if part is first else None, shared, parts
+                problem,
+                top_k,
+                part,
+                progress if part is mine else None,
+                shared,
+                bounds,
             ),
             subsets,
             top_k,
@@ -262,7 +268,7 @@ def _branch_and_bound(
     parts: list,
     progress=None,
     shared=None,
-    every: list | None = None,
+    every: _FirstBounds | None = None,
     sink=None,
 ) -> PartOutcome:
     """The blocks ``parts`` visited best bound first, each one's row table built only when its bound can still enter
@@ -272,10 +278,12 @@ def _branch_and_bound(
     blocks visited only: a block skipped on a bound that memory raised (search.blocks.refined_bound) may hold plans
     that do not fit and are faster than the winner. In processes, a block to search is handed over (by its offset)
     when another process has finished its own blocks, and this process, once finished, searches the blocks the others
-    hand over (``every``: all the search's blocks; PartView.help_until_done) while its bound can still enter the top K:
-    the pools are merged, so the top K is the same whoever searches a block. ``sink``: search's ``evaluated_sink``."""
+    hand over (``every``: the first bounds of all the search's blocks, _FirstBounds, worked out before the processes
+    forked; PartView.help_until_done) while its bound can still enter the top K:
+    the pools are merged, so the top K is the same whoever searches a block; the blocks start from those bounds
+    (without ``every``, from their own, worked out here). ``sink``: search's ``evaluated_sink``."""
     _block_search_code()
-    queue = _BlockQueue(problem, parts, progress)
+    queue = _BlockQueue(problem, parts, every or _FirstBounds(problem, parts, progress))
     scan = Scan(problem, None, top_k, None, queue.flops_per_token, queue.peak_flops, False)
     scan.shared, scan.evaluated_sink = shared, sink
     rows_done = done = 0
@@ -297,44 +305,63 @@ def _branch_and_bound(
         if progress is not None:
             progress(done, len(parts), "blocks")
     if shared is not None:
-        rows_done += _search_handed_over(problem, scan, shared, every or parts)
+        rows_done += _search_handed_over(problem, scan, shared, every.parts if every else parts)
     return _part_outcome(scan, top_k, rows_done)
 
 
-class _BlockQueue:
-    """The blocks in bound order (a heap of (bound, block, level)): each block's first bound, raised a level at a
-    time when it reaches the front (``refine``: the exact layer floors after cheap ones, then search.blocks.refined_bound:
-    the recomputation memory forces, then the exposed TP / CP communication and recomputation of the expert-free block
-    kinds, then of every kind), and the block goes back in line; a block whose last refinement reaches the front is
-    searched."""
+class _FirstBounds:
+    """The first bound of every block of ``parts`` (search.run's block queue): the queue's levels (``steps``), each
+    (tp, cp, micro-batch)'s first layer floors (``floors``), and per block, by its offset, its block_step_floor at them
+    (``own_s``) and its objective bound (``bounds``). A split search works them out once, before its processes fork
+    (the workers inherit them): a block's are then one process's bits (the affine floors of
+    search.bounds.affine_floors are fitted over the keys of the blocks given)."""
 
     def __init__(self, problem: SearchProblem, parts: list, progress=None):
-        self.problem, self.parts = problem, parts
-        self.peak_flops = problem.system.accelerator.peak_matrix_flops(problem.dtype)
-        self.flops_per_token = model_flops_per_token(problem.model, problem.seq_length)
         # an MoE model's first bounds cost no expert option (search.blocks.first_bound_levels: cheap layer floors);
         # the exact layer floors of a (tp, cp, micro-batch) are computed when one of its blocks reaches the front
         self.steps = first_bound_levels(problem, parts) + refinements(problem)
-        cheap = self.steps[0] == EXACT
+        self.cheap = self.steps[0] == EXACT
         first: dict[tuple, object] = {}
         # below the cheap floors and costing no op graph per key (search.bounds.affine_floors): the same last bounds
         keys = list(dict.fromkeys((b.tp, b.cp, b.micro_batch) for b in parts))
-        affine = (affine_floors(problem, keys) if cheap else None) or {}
+        affine = (affine_floors(problem, keys) if self.cheap else None) or {}
         for i, b in enumerate(parts):
             key = (b.tp, b.cp, b.micro_batch)
             if key not in first:
-                first[key] = affine.get(key) or layer_floors(problem, *key, cheap=cheap)
+                first[key] = affine.get(key) or layer_floors(problem, *key, cheap=self.cheap)
             if progress is not None and (i % 256 == 0 or i == len(parts) - 1):
                 progress(i + 1, len(parts), "block bounds")
         tokens = np.array([float(b.global_batch * problem.seq_length) for b in parts])
-        first_s = block_step_floors(problem, parts, lambda b: first[(b.tp, b.cp, b.micro_batch)])
-        bounds = self._objective(first_s, tokens)
-        self.floors: dict[tuple, object] = {} if cheap else first
+        own_s = block_step_floors(problem, parts, lambda b: first[(b.tp, b.cp, b.micro_batch)])
+        peak_flops = problem.system.accelerator.peak_matrix_flops(problem.dtype)
+        flops = model_flops_per_token(problem.model, problem.seq_length) * tokens
+        bounds = objective_value(problem, own_s, tokens, flops, peak_flops)
+        self.parts, self.floors = parts, first
+        offsets = [b.offset for b in parts]
+        self.own_s = dict(zip(offsets, own_s.tolist()))
+        self.bounds = dict(zip(offsets, bounds.tolist()))
+
+
+class _BlockQueue:
+    """The blocks in bound order (a heap of (bound, block, level)): each block's first bound (_FirstBounds), raised a
+    level at a time when it reaches the front (``refine``: the exact layer floors after cheap ones, then
+    search.blocks.refined_bound: the recomputation memory forces, then the exposed TP / CP communication and
+    recomputation of the expert-free block kinds, then of every kind), and the block goes back in line; a block whose
+    last refinement reaches the front is searched."""
+
+    def __init__(self, problem: SearchProblem, parts: list, first: _FirstBounds):
+        self.problem, self.parts = problem, parts
+        self.peak_flops = problem.system.accelerator.peak_matrix_flops(problem.dtype)
+        self.flops_per_token = model_flops_per_token(problem.model, problem.seq_length)
+        self.steps = first.steps
+        self.floors: dict[tuple, object] = {} if first.cheap else first.floors
         # each block's block_step_floor at floors[key], what refined_bound starts from (the first bounds' when they
         # are the exact floors: block_step_floors gives the same bits)
-        self.own_s: dict[int, float] = {} if cheap else dict(enumerate(first_s.tolist()))
+        self.own_s: dict[int, float] = (
+            {} if first.cheap else {i: first.own_s[b.offset] for i, b in enumerate(parts)}
+        )
         self.work: dict[tuple, object] = {}
-        self.heap = [(float(bounds[i]), i, 0) for i in range(len(parts))]
+        self.heap = [(first.bounds[b.offset], i, 0) for i, b in enumerate(parts)]
         heapq.heapify(self.heap)
 
     def _objective(self, step_s, tokens):
