@@ -152,8 +152,10 @@ def test_systems_tables_lists_every_catalog_system_and_every_shipped_table(capsy
     listing = json.loads(capsys.readouterr().out)
     rows = {r["name"]: r for r in listing["systems"]}
     assert set(rows) == set(system_names())
-    assert rows["dgx-h100-80gb"]["kernel_tables"] == [H100]
-    assert rows["dgx-a100-80gb"]["prices_with"] == "analytical fallback"
+    assert rows["dgx-h100-80gb"]["kernel_tables"] == [H100, "nd-h100-v5-cublaslt"]
+    assert rows["dgx-a100-80gb"]["kernel_tables"] == ["nd-a100-v4-cublaslt"]
+    assert rows["dgx-a100-80gb"]["prices_with"].startswith("analytical (table opt-in")
+    assert rows["mi355x-8"]["prices_with"] == "analytical fallback"  # no table measured on it
     assert all(r["prices_with"].startswith(("table ", "analytical")) for r in listing["systems"])
     tables = {t["table"]: t for t in listing["tables"]}
     assert list(tables) == kt.shipped_tables()
@@ -212,6 +214,8 @@ TABLE_SYSTEMS = {
     "dgx-b200": {},
     "gb200-nvl72": {},
     "gb300-nvl72": {},
+    "dgx-a100-80gb": {},  # the Azure ND A100 v4 fp16 cuBLASLt rows, read as bf16
+    "mi300x-8": {"dtype": "fp8"},  # the Azure ND MI300X v5 hipBLASLt rows: fp8 only
     "aws-p3.16xlarge": {"dtype": "fp16", "attention": "unfused"},
     "dgx-2h": {"dtype": "fp16", "attention": "unfused"},
     "dgx-h800": {
