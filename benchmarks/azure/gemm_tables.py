@@ -3,7 +3,9 @@
 Source: github.com/egmsft/AI-benchmarking-guide (MIT, Microsoft; the fork the Azure results were published in:
 github.com/Azure/AI-benchmarking-guide stops at 8fd0c6e, 2024-09-27, before the ND GB200 / GB300 / MI300X files),
 Azure_Results/ND_<VM>_results.md at repository head 3371c0c (2025-12-03). Each file is saved beside this script
-as sources/ND_<VM>_results-<commit>.md, <commit> the file's last change (identical at 3371c0c):
+as sources/ND_<VM>_results-<commit>.md, <commit> the file's last change (identical at 3371c0c), with its tables and
+headings at their line numbers and its prose left out (each blank line stands for one; the line that states a
+GEMM section's precision is replaced by our note of the precision it names):
 
 - ND GB300 v6 @ 18e80a2 (2025-11-11): GB300 288GB, CUDA 13.0, driver 580.82.07
 - ND GB200 v6 @ 4c986ce (2025-11-11; GEMM rows last changed in 3862f8f, 2025-06-17): GB200 185GB, CUDA 12.8,
