@@ -314,6 +314,11 @@ def _tails(inp: StepInputs, pipe: dict) -> tuple[list, Num, list]:
     ]
     streamed = 0.0
     for s in stages:
+        if absent_everywhere(
+            s
+        ):  # the where below gives 0.0 for every candidate: its traffic unread
+            streamed = maximum(streamed, 0.0)
+            continue
         share = offloaded_activation_share(
             inp.knobs.offload_activations,
             inp.knobs.offload_activation_layers,
