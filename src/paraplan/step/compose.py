@@ -130,10 +130,8 @@ def _at_max(values: list[Num], present: list[Num], rows: list[tuple]) -> tuple:
         if better is None:
             continue
         if better.__class__ is np.ndarray and better.all():
-            best, out = (
-                v,
-                row,
-            )  # where(better, v, best) and each column's where: v and row themselves
+            # where(better, v, best) and each column's where: v and row themselves
+            best, out = v, row
             continue
         best = where(better, v, best)
         out = tuple(where(better, new, old) for new, old in zip(row, out))
@@ -314,9 +312,8 @@ def _tails(inp: StepInputs, pipe: dict) -> tuple[list, Num, list]:
     ]
     streamed = 0.0
     for s in stages:
-        if absent_everywhere(
-            s
-        ):  # the where below gives 0.0 for every candidate: its traffic unread
+        if absent_everywhere(s):
+            # the where below gives 0.0 for every candidate: its traffic unread
             streamed = maximum(streamed, 0.0)
             continue
         share = offloaded_activation_share(
