@@ -40,6 +40,7 @@ from paraplan.step.block_terms import (  # noqa: F401
 )
 from paraplan.step.inputs import (  # noqa: F401
     GRAD_REDUCE_BYTES,
+    absent_everywhere,
     backward_s,
     forward_s,
     TRANSFORMER_KINDS,
@@ -84,27 +85,54 @@ def _argmax(values: list[Num], present: list[Num]) -> tuple[Num, Num]:
     """(max over present entries, index of the first entry that attains it)."""
     best, index = None, None
     for i, (v, p) in enumerate(zip(values, present)):
-        v = where_all(p, v, -np.inf)
         if best is None:
-            best, index = v, np.zeros(np.shape(v), dtype=np.int64) if np.ndim(v) else 0
-        else:
-            better = v > best
-            best = where(better, v, best)
-            index = where(better, i, index)
+            best = where_all(p, v, -np.inf)
+            index = np.zeros(np.shape(best), dtype=np.int64) if np.ndim(best) else 0
+            continue
+        better = _better(v, p, best)
+        if better is None:
+            continue
+        best = where(better, v, best)
+        index = where(better, i, index)
     return best, index
+
+
+def _better(v: Num, present: Num, best: Num) -> Num:
+    """Where entry ``v`` beats the running ``best`` of ``_argmax`` / ``_at_max``: ``where(present, v, −inf) >
+    best``, the same booleans without the full-size ``where`` (−inf beats nothing, NaN included), or None where
+    nothing does (no where to run): an entry present for no candidate, or one better nowhere (a numpy array)."""
+    if present.__class__ is np.ndarray:
+        if not present.any():
+            return None
+        better = v > best
+        if not present.all():
+            better = better & present
+    elif not present:
+        return None
+    else:
+        better = v > best
+    if better.__class__ is np.ndarray and not better.any():
+        return None
+    return better
 
 
 def _at_max(values: list[Num], present: list[Num], rows: list[tuple]) -> tuple:
     """rows[i] of the first present entry i that attains the max of ``values``: what ``_pick`` gives of each of
     its columns at ``_argmax``'s index, every where on the way choosing among the same operands, taken while
-    the max is sought (no index, no ``index == i`` per column)."""
+    the max is sought (no index, no ``index == i`` per column). An entry better nowhere changes nothing
+    (``_better``: no where runs); one better everywhere is taken whole."""
     best, out = None, None
     for v, p, row in zip(values, present, rows):
-        v = where_all(p, v, -np.inf)
         if best is None:
+            best, out = where_all(p, v, -np.inf), row
+            continue
+        better = _better(v, p, best)
+        if better is None:
+            continue
+        if better.__class__ is np.ndarray and better.all():
+            # where(better, v, best) and each column's where: v and row themselves
             best, out = v, row
             continue
-        better = v > best
         best = where(better, v, best)
         out = tuple(where(better, new, old) for new, old in zip(row, out))
     return out
@@ -272,13 +300,22 @@ def pipeline_bound_s(inp: StepInputs) -> Num:
 def _tails(inp: StepInputs, pipe: dict) -> tuple[list, Num, list]:
     """The tail half of compose_step: per stage entry (exposed DP after its drain slack, optimizer, offload)
     (``tail_terms``, ``drain_slack_s``), the activation / weight streaming that outlasts the compute it hides
-    behind (fullest stage), and per entry what follows its last backward (``after``)."""
+    behind (fullest stage), and per entry what follows its last backward (``after``); None for an entry after
+    the first absent from every candidate."""
     stages, works, totals, m = inp.stages, pipe["works"], pipe["totals"], inp.microbatches
     busy = m * _pick(pipe["slowest"], [t - w["pp"] for w, t in zip(works, totals)])
     slack = drain_slack_s(inp, works, totals, _pick(pipe["slowest"], totals))
-    tails = [tail_terms(s.inputs or inp, s, w, d) for s, w, d in zip(stages, works, slack)]
+    # an entry absent from every candidate after the first never attains the max (compose_parts: ``_at_max``)
+    tails = [
+        None if i and absent_everywhere(s) else tail_terms(s.inputs or inp, s, w, d)
+        for i, (s, w, d) in enumerate(zip(stages, works, slack))
+    ]
     streamed = 0.0
     for s in stages:
+        if absent_everywhere(s):
+            # the where below gives 0.0 for every candidate: its traffic unread
+            streamed = maximum(streamed, 0.0)
+            continue
         share = offloaded_activation_share(
             inp.knobs.offload_activations,
             inp.knobs.offload_activation_layers,
@@ -297,7 +334,9 @@ def _tails(inp: StepInputs, pipe: dict) -> tuple[list, Num, list]:
         )
     # streaming (PCIe) and the DP sync (NIC / NVLink) use different links, so they hide behind the
     # same compute and each other: only what outlasts the DP exposure shows
-    after = [dp + opt + off + maximum(0.0, streamed - dp) for dp, opt, off in tails]
+    after = [
+        None if t is None else t[0] + t[1] + t[2] + maximum(0.0, streamed - t[0]) for t in tails
+    ]
     return tails, streamed, after
 
 
@@ -305,8 +344,9 @@ def compose_parts(inp: StepInputs) -> tuple[dict[str, Num], list[dict[str, Num]]
     """compose_step's breakdown with what it is composed of, the pipeline and the tail each run once: (the
     breakdown, every stage entry's per-micro-batch work (``stage_works``), per entry the seconds priced after
     its last backward: exposed DP sync after the stage's drain slack, optimizer step, offload and the
-    streaming that outlasts the DP exposure; the step adds the longest of them and the tied-embedding
-    all-reduce)."""
+    streaming that outlasts the DP exposure, None for an entry after the first that the search's arrays leave
+    absent from every candidate (step.inputs.absent_everywhere); the step adds the longest of them and the
+    tied-embedding all-reduce)."""
     pipe = _pipeline(inp)
     tails, streamed, after = _tails(inp, pipe)
     dp_s, optimizer_s, offload_s = _at_max(after, pipe["present"], tails)

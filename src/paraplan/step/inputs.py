@@ -13,7 +13,7 @@ from operator import attrgetter
 from typing import Any
 
 from paraplan.cost.comm import LinearCollective
-from paraplan.cost.elementwise import maximum, where
+from paraplan.cost.elementwise import any_positive, is_array, maximum, where
 from paraplan.specs.system import OPTIMIZER_BYTES_PER_PARAM
 from paraplan.step.block_terms import BLOCK_TERM_NAMES, BlockCost
 from paraplan.step.blocks import TRANSFORMER_KINDS  # kinds Korthikanti et al. 2022 Fig. 1 counts
@@ -148,6 +148,12 @@ class StepInputs:
     )
     # share of the SMs left to compute in DualPipe's overlapped pair (step.dualpipe.pair_compute_share)
     pair_compute_share: Num = 1.0
+
+
+def absent_everywhere(stage: Stage) -> bool:
+    """Whether a Stage entry of the search (its count an array, one element per candidate) is absent (count 0)
+    from every candidate: whatever the composition takes of it is masked out everywhere."""
+    return is_array(stage.count) and not any_positive(stage.count)
 
 
 def sum_blocks(stage: Stage, value, kinds: tuple[str, ...] | None = None) -> Num:

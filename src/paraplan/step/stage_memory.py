@@ -14,6 +14,7 @@ from paraplan.step.inputs import (
     GradientGroup,
     Stage,
     StepInputs,
+    absent_everywhere,
     max_blocks,
     shard_ways,
     stage_params,
@@ -261,6 +262,9 @@ def stage_peaks(inp: StepInputs) -> tuple[Num, Num]:
     holds a stage pair (``dualpipe_memory_terms``), evaluated where its terms change slope."""
     peak = host = 0.0
     for s in inp.stages:
+        if absent_everywhere(s):  # where_all below gives 0.0 for every candidate: its terms unread
+            peak, host = maximum(peak, 0.0), maximum(host, 0.0)
+            continue
         terms = stage_memory_terms(inp, s, s.index)
         peak = maximum(peak, where_all(s.count > 0, terms["peak_bytes"], 0.0))
         host = maximum(host, where_all(s.count > 0, terms["host_bytes"], 0.0))

@@ -56,11 +56,13 @@ def zero_branch(zero: Num) -> Num:
     return where(zero == 2, 1, zero)
 
 
-def zero_branches(zero: Num) -> tuple[int, ...]:
-    """The branches a float or array of ZeRO stages needs, in increasing order: only those are computed."""
+def zero_branches(zero: Num, branch_of: Num = None) -> tuple[int, ...]:
+    """The branches a float or array of ZeRO stages needs, in increasing order: only those are computed.
+    ``branch_of``: zero_branch(zero), when the caller has it."""
+    branch_of = zero_branch(zero) if branch_of is None else branch_of
     if np.ndim(zero) == 0:
-        return (int(zero_branch(zero)),)
-    branch = np.ravel(zero_branch(zero))
+        return (int(branch_of),)
+    branch = np.ravel(branch_of)
     if not branch.size:
         return (0,)
     # the distinct values, counted on the array (np.unique would import numpy.ma and sort)
@@ -111,7 +113,8 @@ def tail_terms(
     forward_window, backward_window = overlap_windows(inp, stage, work)
     calls = sum_blocks(stage, lambda b: 1.0)  # ZeRO-3 gathers / reduce-scatters one block at a time
     per_call = 1.0 / maximum(calls, 1.0)
-    branches = zero_branches(inp.knobs.zero)
+    branch_of = zero_branch(inp.knobs.zero)
+    branches = zero_branches(inp.knobs.zero, branch_of)
     traffic = _dp_traffic(inp, stage, branches, per_call)
     time, price = traffic.time, traffic.price
     grad_window = backward_window * inp.knobs.overlap_dp_grad_reduce
@@ -140,7 +143,7 @@ def tail_terms(
         )
     exposed = exposure[branches[-1]]
     for branch in branches[-2::-1]:
-        exposed = where(zero_branch(inp.knobs.zero) == branch, exposure[branch], exposed)
+        exposed = where(branch_of == branch, exposure[branch], exposed)
     owned = traffic.owned
     tensors = sum_blocks(stage, lambda b: b.weight_tensors)
     host = step_host_overhead_s(tensors, inp.host_tensor_s, inp.host_step_s)
