@@ -20,7 +20,9 @@ from paraplan.validate.case_files import SCOPE_STAGE, SCOPE_TRANSFORMER, load_ca
 from paraplan.validate.run import run_cases
 
 
-MOE_NAMES = {c.name for c in load_cases() if c.file == "moe-visible"}
+# (name, file stem) of every bundled case, read once at collection (the sets below are made from it)
+CASE_FILES = tuple((c.name, c.file) for c in load_cases())
+MOE_NAMES = {name for name, file in CASE_FILES if file == "moe-visible"}
 
 
 @pytest.fixture(scope="module")
@@ -231,7 +233,7 @@ def _file_errors(report: dict, stem: str, count: int) -> list[float]:
 
 
 FILE_CASES = {
-    stem: {c.name for c in load_cases() if c.file == stem}
+    stem: {name for name, file in CASE_FILES if file == stem}
     for stem in (
         "mbridge-gb300",
         "mbridge-dense-more",
