@@ -1,4 +1,6 @@
-"""``paraplan estimate --goodput`` and ``paraplan validate --goodput`` end to end (issue 36)."""
+"""``paraplan estimate --goodput`` and ``paraplan validate --goodput`` end to end (issue 36): the first test
+runs ``python -m paraplan`` in a process; the others run the same command lines in-process (``run``: conftest's
+``cli``), which tests what they print and their exit status without a Python start-up per command."""
 
 from __future__ import annotations
 
@@ -20,13 +22,27 @@ GOODPUT_KEYS = (
 )
 
 
-def run(*args: str) -> subprocess.CompletedProcess:
+def run_process(*args: str) -> subprocess.CompletedProcess:
+    """``python -m paraplan *args`` in a new process."""
     return subprocess.run(
         [sys.executable, "-m", "paraplan", *args], capture_output=True, text=True, timeout=120
     )
 
 
+@pytest.fixture()
+def run(cli):
+    """``run(*args)``: ``paraplan *args`` in-process (conftest's ``cli``), as a CompletedProcess."""
+
+    def call(*args: str) -> subprocess.CompletedProcess:
+        code, out, err = cli(*args)
+        return subprocess.CompletedProcess(args, code, out, err)
+
+    return call
+
+
 def test_estimate_goodput_json_and_text():
+    """The one command run in a new process here (the others run in-process)."""
+    run = run_process
     out = run("estimate", *BASE, "--tokens", "26B", "--goodput", "--json")
     assert out.returncode == 0, out.stderr
     good = json.loads(out.stdout)["goodput"]
@@ -40,20 +56,20 @@ def test_estimate_goodput_json_and_text():
     assert "effective training time" in text.stdout and "MWh" in text.stdout
 
 
-def test_goodput_is_reproducible_and_absent_by_default():
+def test_goodput_is_reproducible_and_absent_by_default(run):
     args = ("estimate", *BASE, "--tokens", "26B", "--goodput", "--json")
     assert json.loads(run(*args).stdout)["goodput"] == json.loads(run(*args).stdout)["goodput"]
     plain = json.loads(run("estimate", *BASE, "--tokens", "26B", "--json").stdout)
     assert "goodput" not in plain
 
 
-def test_goodput_needs_tokens():
+def test_goodput_needs_tokens(run):
     out = run("estimate", *BASE, "--goodput")
     assert out.returncode == 2
     assert out.stderr.strip() == "error: --goodput: needs --tokens (the run length, e.g. 15T)"
 
 
-def test_validate_goodput_reproduces_the_published_figures():
+def test_validate_goodput_reproduces_the_published_figures(run):
     out = run("validate", "--goodput", "--json")
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
@@ -66,7 +82,7 @@ def test_validate_goodput_reproduces_the_published_figures():
     assert text.returncode == 0 and "6 of 6 cases reproduced" in text.stdout
 
 
-def test_validate_goodput_fails_on_a_case_it_cannot_reproduce(tmp_path):
+def test_validate_goodput_fails_on_a_case_it_cannot_reproduce(run, tmp_path):
     case = {
         "name": "wrong",
         "kind": "prob_at_least_one",
@@ -83,7 +99,7 @@ def test_validate_goodput_fails_on_a_case_it_cannot_reproduce(tmp_path):
     assert "NOT REPRODUCED" in out.stdout
 
 
-def test_search_objective_time_to_train():
+def test_search_objective_time_to_train(run):
     args = ["search", *BASE, "--global-batch", "8", "--top", "3", "--tokens", "26B", "--json"]
     ttt = run(*args, "--objective", "time-to-train")
     assert ttt.returncode == 0, ttt.stderr
@@ -107,15 +123,15 @@ def test_search_objective_time_to_train():
 FT_DP = ["--goodput-set", "restart.policy=ft-dp", "--goodput-set", "restart.spare_servers=0"]
 
 
-def _search_json(*args: str) -> dict:
+def _search_json(run, *args: str) -> dict:
     out = run("search", *args, "--json")
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)
 
 
-def test_search_cost_and_p90_objectives():
+def test_search_cost_and_p90_objectives(run):
     args = [*BASE, "--global-batch", "8", "--top", "3", "--tokens", "26B", "--price", "2"]
-    by = {o: _search_json(*args, "--objective", o) for o in OBJECTIVE_NAMES}
+    by = {o: _search_json(run, *args, "--objective", o) for o in OBJECTIVE_NAMES}
     for objective, doc in by.items():
         info = doc["time_to_train"]
         assert info["objective"] == objective and info["exact"] is True
@@ -136,14 +152,15 @@ def test_search_cost_and_p90_objectives():
 OBJECTIVE_NAMES = ("time-to-train", "time-to-train-p90", "cost-to-train", "cost-to-train-p90")
 
 
-def test_more_smaller_replicas_win_under_ft_dp():
+def test_more_smaller_replicas_win_under_ft_dp(run):
     # 6.7B on 64 A100s, ZeRO 0: the fastest step is TP 4 x DP 16; with fault-tolerant data
     # parallelism, no spares and 2 % GPU failures a day, TP 2 x DP 32 finishes sooner (a GPU failure
     # takes out 1/32 of the throughput instead of 1/16 until its repair)
     args = ["-m", "gpt3-6.7b", "-s", "dgx-a100-80gb", "--gpus", "64", "--global-batch", "256"]
     args += ["--top", "3", "--tokens", "100B", "--zero", "0"]
-    plain = _search_json(*args)["plans"][0]["plan"]
+    plain = _search_json(run, *args)["plans"][0]["plan"]
     ttt = _search_json(
+        run,
         *args,
         "--objective",
         "time-to-train",
@@ -158,7 +175,7 @@ def test_more_smaller_replicas_win_under_ft_dp():
     assert recovery["units"] == best["dp"]
 
 
-def test_estimate_grid_intensity_and_goodput_set():
+def test_estimate_grid_intensity_and_goodput_set(run):
     args = ("estimate", *BASE, "--tokens", "26B", "--goodput", "--json")
     base = json.loads(run(*args).stdout)["goodput"]
     low = json.loads(run(*args, "--grid-intensity", "43.6").stdout)["goodput"]
@@ -171,7 +188,7 @@ def test_estimate_grid_intensity_and_goodput_set():
     assert refused.returncode == 2 and "restart.policy" in refused.stderr
 
 
-def test_sweep_goodput_columns_and_plot(tmp_path):
+def test_sweep_goodput_columns_and_plot(run, tmp_path):
     args = ["sweep", "-m", "gpt3-1.3b", "-s", "dgx-a100-80gb", "--gpus", "8,64"]
     args += ["--global-batch", "64", "--tokens", "20B", "--goodput", "--out", str(tmp_path / "s")]
     args += ["--goodput-set", "failures.gpu_failures_per_day=0.05"]

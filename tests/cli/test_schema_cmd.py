@@ -59,16 +59,24 @@ def test_quantities_accept_numbers_and_unit_strings(capsys):
 
 def test_catalog_and_bundled_case_files_validate_against_the_schemas(capsys):
     jsonschema = pytest.importorskip("jsonschema")
+
+    def checker(spec):
+        """What ``jsonschema.validate(instance, spec)`` does, the schema checked against its
+        metaschema once rather than once per instance."""
+        cls = jsonschema.validators.validator_for(spec)
+        cls.check_schema(spec)
+        return cls(spec)
+
     for kind, name in (("models", "model"), ("systems", "system")):
-        spec = schema(capsys, name)
+        spec = checker(schema(capsys, name))
         for path in catalog_files(kind):
-            jsonschema.validate(yaml.safe_load(path.read_text()), spec)
-    case = schema(capsys, "validation-case")
+            spec.validate(yaml.safe_load(path.read_text()))
+    case = checker(schema(capsys, "validation-case"))
     folder = resources.files("paraplan.validate") / "cases"
     files = [p for p in folder.iterdir() if p.name.endswith(".json")]
     assert files
     for path in files:
-        jsonschema.validate(json.loads(path.read_text()), case)
+        case.validate(json.loads(path.read_text()))
     bad = {
         "cases": [
             {
@@ -82,7 +90,7 @@ def test_catalog_and_bundled_case_files_validate_against_the_schemas(capsys):
         ]
     }
     with pytest.raises(jsonschema.ValidationError):
-        jsonschema.validate(bad, case)
+        case.validate(bad)
 
 
 def test_unknown_schema_is_one_line_with_a_suggestion(capsys, tmp_path):

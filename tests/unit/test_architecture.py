@@ -52,6 +52,25 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 PENDING_LONG_FILES = frozenset(())
 PENDING_LONG_FUNCTIONS = frozenset(())
 
+# the package's files are read and parsed once per process (``_sources``): one worker runs these tests
+pytestmark = pytest.mark.xdist_group("architecture")
+
+
+@lru_cache(maxsize=1)
+def _sources() -> dict[Path, tuple[str, tuple[ast.AST, ...]]]:
+    """Every package source file -> (its text, every node of its tree in ``ast.walk`` order), read and
+    parsed once per process: the checks below all walk the same files."""
+    found = {}
+    for path in sorted(ROOT.rglob("*.py")):
+        text = path.read_text()
+        found[path] = (text, tuple(ast.walk(ast.parse(text))))
+    return found
+
+
+def _walk(path: Path) -> tuple[ast.AST, ...]:
+    """``ast.walk(ast.parse(path.read_text()))`` for a package file, from ``_sources``."""
+    return _sources()[path][1]
+
 
 def _module_name(path: Path) -> str:
     parts = ("paraplan", *path.relative_to(ROOT).with_suffix("").parts)
@@ -79,10 +98,11 @@ def _absolute(node: ast.ImportFrom, name: str, path: Path) -> str:
     return f"{package}.{node.module}" if node.module else package
 
 
-def _imports_of(name: str, path: Path, modules) -> set[str]:
-    """The paraplan modules ``name`` imports anywhere in its body (see _imports)."""
+def _imports_of(name: str, path: Path, modules, tree: ast.AST | None = None) -> set[str]:
+    """The paraplan modules ``name`` imports anywhere in its body (see _imports); ``tree``: the file's
+    parsed tree when already at hand."""
     deps = set()
-    for node in _runtime_nodes(ast.parse(path.read_text())):
+    for node in _runtime_nodes(ast.parse(path.read_text()) if tree is None else tree):
         if isinstance(node, ast.ImportFrom):
             module = _absolute(node, name, path)
             if module == "paraplan" or module.startswith("paraplan."):
@@ -101,8 +121,11 @@ def _imports() -> dict[str, frozenset[str]]:
     module it resolves to). An import of a module's own parent package (``from paraplan.catalog
     import x`` in ``paraplan.catalog.hf``) is the edge it is: the package's ``__init__`` runs. Only
     imports under ``if TYPE_CHECKING:`` are left out: they never run and name a type for annotations."""
-    modules = {_module_name(p): p for p in ROOT.rglob("*.py")}
-    return {name: frozenset(_imports_of(name, path, modules)) for name, path in modules.items()}
+    modules = {_module_name(p): p for p in _sources()}
+    return {
+        name: frozenset(_imports_of(name, path, modules, _walk(path)[0]))
+        for name, path in modules.items()
+    }
 
 
 def _layer(module: str) -> int:
@@ -153,8 +176,8 @@ def test_no_import_cycles():
 def test_no_source_file_over_500_lines():
     long = {
         str(p.relative_to(ROOT)): n
-        for p in ROOT.rglob("*.py")
-        if (n := len(p.read_text().splitlines())) > MAX_FILE_LINES
+        for p, (text, _) in _sources().items()
+        if (n := len(text.splitlines())) > MAX_FILE_LINES
     }
     assert set(long) <= PENDING_LONG_FILES, sorted(set(long) - PENDING_LONG_FILES)
     assert set(long) >= PENDING_LONG_FILES, sorted(PENDING_LONG_FILES - set(long))
@@ -162,10 +185,10 @@ def test_no_source_file_over_500_lines():
 
 def test_no_function_over_80_lines_outside_cli():
     long = {}
-    for path in ROOT.rglob("*.py"):
+    for path in _sources():
         if "cli" in path.relative_to(ROOT).parts:
             continue
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in _walk(path):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 lines = node.end_lineno - node.lineno + 1
                 if lines > MAX_FUNCTION_LINES:
@@ -232,8 +255,8 @@ def _calls_of(name: str) -> set[str]:
     """The modules (paths under the package) that call ``name(...)`` (or ``module.name(...)``) or define a
     class ``name``."""
     found = set()
-    for path in ROOT.rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
+    for path in _sources():
+        for node in _walk(path):
             called = isinstance(node, ast.Call) and name in (
                 getattr(node.func, "id", None),
                 getattr(node.func, "attr", None),
@@ -244,9 +267,10 @@ def _calls_of(name: str) -> set[str]:
     return found
 
 
-def _stage_rebuilds(source: str) -> bool:
-    """Whether ``source`` calls ``replace(...)`` (dataclasses.replace) setting a field of step.inputs.Stage
-    that only a Stage has (``blocks``, ``p2p_s``, ``inputs``): a stage rebuilt from another one."""
+def _stage_rebuilds(source: str | tuple[ast.AST, ...]) -> bool:
+    """Whether ``source`` (a text, or the nodes of its parsed tree) calls ``replace(...)`` (dataclasses.replace)
+    setting a field of step.inputs.Stage that only a Stage has (``blocks``, ``p2p_s``, ``inputs``): a stage
+    rebuilt from another one."""
     from dataclasses import fields
 
     from paraplan.step.inputs import Stage, StepInputs
@@ -254,7 +278,7 @@ def _stage_rebuilds(source: str) -> bool:
     own = (
         {f.name for f in fields(Stage)} - {f.name for f in fields(StepInputs)} - {"index", "count"}
     )
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(ast.parse(source)) if isinstance(source, str) else source:
         if isinstance(node, ast.Call) and "replace" in (
             getattr(node.func, "id", None),
             getattr(node.func, "attr", None),
@@ -273,9 +297,7 @@ def test_one_module_builds_stages_and_one_defines_block_kinds():
         "dc.replace(s, p2p_s=0)"
     )
     assert not _stage_rebuilds("replace(inp, stages=())")
-    rebuilt = {
-        str(p.relative_to(ROOT)) for p in ROOT.rglob("*.py") if _stage_rebuilds(p.read_text())
-    }
+    rebuilt = {str(p.relative_to(ROOT)) for p in _sources() if _stage_rebuilds(_walk(p))}
     assert rebuilt <= {"step/layout.py"}, sorted(rebuilt)
     assert _calls_of("BlockKind") == {"step/blocks.py"}
     assert _calls_of("BlockRef") == {"step/blocks.py"}
@@ -286,8 +308,8 @@ def test_head_divisibility_is_checked_in_specs_rules_alone():
     (tp_rules, the Ulysses rule) and nowhere else; every caller asks those rules. specs/model.py keeps the
     model's own check, heads a multiple of kv_heads (no plan in it)."""
     found = set()
-    for path in ROOT.rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
+    for path in _sources():
+        for node in _walk(path):
             if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod):
                 left = node.left
                 name = left.attr if isinstance(left, ast.Attribute) else getattr(left, "id", "")
@@ -304,8 +326,8 @@ def test_the_layer_shape_is_built_in_step_layer_shape_alone():
     constructed = _calls_of("LayerShape")
     assert constructed == {"graph/transformer.py", "step/layer_shape.py"}, sorted(constructed)
     replaced = set()
-    for path in ROOT.rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
+    for path in _sources():
+        for node in _walk(path):
             if (
                 isinstance(node, ast.Call)
                 and getattr(node.func, "attr", None) in ("_replace", "_make")

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from paraplan.validate.case_files import load_cases
 
-MOE_NAMES = {c.name for c in load_cases() if c.file == "moe-visible"}
+# (name, file stem) of every bundled case, read once at collection (the name sets of the tests are made from it)
+CASE_FILES = tuple((c.name, c.file) for c in load_cases())
+MOE_NAMES = {name for name, file in CASE_FILES if file == "moe-visible"}
 
 
 def _cases(report: dict, marker: str) -> list[dict]:

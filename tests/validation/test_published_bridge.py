@@ -4,8 +4,7 @@ Table 2 (GPT-3 175B and 530B, PTD-P against ZeRO-3 on up to 2,240 A100s): no con
 
 from __future__ import annotations
 
-from paraplan.validate.case_files import load_cases
-from tests.validation.published_common import _mape
+from tests.validation.published_common import CASE_FILES, _mape
 
 
 def _file_errors(report: dict, stem: str, count: int) -> list[float]:
@@ -15,7 +14,7 @@ def _file_errors(report: dict, stem: str, count: int) -> list[float]:
 
 
 FILE_CASES = {
-    stem: {c.name for c in load_cases() if c.file == stem}
+    stem: {name for name, file in CASE_FILES if file == stem}
     for stem in (
         "mbridge-gb300",
         "mbridge-dense-more",
