@@ -27,6 +27,11 @@ import numpy as np
 
 from paraplan.cost.collnet import sharp_all_reduce
 from paraplan.cost.comm_contention import tier_overlap_costs, tier_sm_shares
+from paraplan.cost.nccl_protocols import (
+    low_latency_fields,
+    nvls_all_reduce_latency_s,
+    protocol_tier_times,
+)
 from paraplan.specs.plan import PlanSpec
 from paraplan.specs.system import SystemSpec
 
@@ -211,13 +216,18 @@ class LinearCollective:
     cost_out: Any
     hbm_in: Any = 0.0
     hbm_out: Any = 0.0
+    ll128_latency_in: Any = math.inf
+    ll128_latency_out: Any = math.inf
+    ll_latency_in: Any = math.inf
+    ll_latency_out: Any = math.inf
 
     def tier_times_s(self, size_bytes):
-        """(NVLink-tier seconds, scale-out-tier seconds) of one call on an S-byte buffer."""
+        """(NVLink-tier seconds, scale-out-tier seconds) of one call on an S-byte buffer: the cheapest of
+        NCCL's protocols (``protocol_tier_times``), Simple (slopes, latency_in/out) unless LL128 or LL
+        (their latencies, the slopes over cost.nccl_protocols.BUS_FRACTION) is faster at this size."""
         on = size_bytes > 0  # bool or bool array: an empty buffer costs nothing
-        return (size_bytes * self.slope_in + self.latency_in) * on, (
-            size_bytes * self.slope_out + self.latency_out
-        ) * on
+        inner, outer = protocol_tier_times(self, size_bytes)
+        return inner * on, outer * on
 
     def time_s(self, size_bytes):
         """S·(a_in + a_out) + l_in + l_out (0 for an empty buffer)."""
@@ -279,17 +289,21 @@ def linear_collective(kind: str, span: GroupSpan, system: SystemSpec) -> LinearC
     alpha_in, alpha_out = system.node.nvlink_latency, system.network.latency
     if kind == "all_reduce":
         lat_in, lat_out = collective_latency_s(kind, span, alpha_in, alpha_out)
+        lat_in = nvls_all_reduce_latency_s(span, system.node, lat_in)
         slope_in, slope_out = (
             nvls_all_reduce_slope(a, inner, system.node),
             2 * (o - 1) / o / a / outer,
         )
         if sharp := sharp_all_reduce(a, o, slope_out, system.network, alpha_in):
             slope_out, lat_in, lat_out = sharp
-        return LinearCollective(slope_in, lat_in, slope_out, lat_out, c_in, c_out, *hbm)
+            return LinearCollective(slope_in, lat_in, slope_out, lat_out, c_in, c_out, *hbm)
+        low = low_latency_fields(kind, ring_steps(kind, span), a, o, system.node)
+        return LinearCollective(slope_in, lat_in, slope_out, lat_out, c_in, c_out, *hbm, **low)
     if kind in ("all_gather", "reduce_scatter"):
         lat_in, lat_out = collective_latency_s(kind, span, alpha_in, alpha_out)
+        low = low_latency_fields(kind, ring_steps(kind, span), a, o, system.node)
         return LinearCollective(
-            (a - 1) / a / inner, lat_in, (o - 1) / o / a / outer, lat_out, c_in, c_out, *hbm
+            (a - 1) / a / inner, lat_in, (o - 1) / o / a / outer, lat_out, c_in, c_out, *hbm, **low
         )
     if kind in ("broadcast", "reduce"):
         return rooted_collective(span, system)
