@@ -91,10 +91,17 @@ def protocol_latency(
 def protocol_tier_times(form, size_bytes):
     """(NVLink, scale-out) seconds of the cheapest protocol at S bytes, as NCCL's tuner picks it, of a cost.comm.LinearCollective
     (NVIDIA/nccl src/graph/tuning.cc ncclTopoGetAlgoTime, v2.18-v2.30: time = lat + S / bw per algorithm
-    and protocol, the smallest runs): Simple S·slope + latency; LL128 and LL S·slope / f + their latency,
+    and protocol, the smallest runs): Simple S·slope + latency; LL128 and LL S·slope / f + their latency
+    (NVLink slope the ring's, ``ring_slope_in``, where Simple's is NVLS's),
     f = BUS_FRACTION (0.92, 0.5). A form without the low-latency protocols has infinite LL latencies."""
     inner = size_bytes * form.slope_in + form.latency_in
     outer = size_bytes * form.slope_out + form.latency_out
+    ring_in = form.ring_slope_in
+    ring_in = (
+        np.where(ring_in > 0, ring_in, form.slope_in)
+        if isinstance(ring_in, np.ndarray)
+        else (ring_in if ring_in > 0 else form.slope_in)
+    )
     for proto, lat_in, lat_out in (
         ("LL128", form.ll128_latency_in, form.ll128_latency_out),
         ("LL", form.ll_latency_in, form.ll_latency_out),
@@ -102,7 +109,7 @@ def protocol_tier_times(form, size_bytes):
         if not isinstance(lat_in, np.ndarray) and math.isinf(lat_in):
             continue
         f = BUS_FRACTION[proto]
-        c_in = size_bytes * form.slope_in / f + lat_in
+        c_in = size_bytes * ring_in / f + lat_in
         c_out = size_bytes * form.slope_out / f + lat_out
         better = c_in + c_out < inner + outer
         if isinstance(better, np.ndarray):
