@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from paraplan.cost.elementwise import any_positive, is_array, where
+from paraplan.cost.elementwise import any_positive, is_array, maximum, where
 from paraplan.graph.moe import moe_shaped
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.split import SplitGroup
@@ -53,8 +53,8 @@ def layer_mix(model: ModelSpec | None, start: Num, layers: Num) -> tuple[Num, Nu
     if not model.is_moe:
         return layers, 0
     n, d = model.moe_layer_interval, model.dense_layers
-    lo = np.maximum(start, d) - d
-    hi = np.maximum(start + layers, d) - d
+    lo = maximum(start, d) - d  # plain ints for one plan, arrays for the search's candidates
+    hi = maximum(start + layers, d) - d
     moe = hi // n - lo // n
     return layers - moe, moe
 
