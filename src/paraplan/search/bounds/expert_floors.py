@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import math
 from functools import lru_cache
-from operator import attrgetter
 from typing import NamedTuple
 
 # named here too: the exposure floors (search.bounds.exposure_floors)
@@ -29,8 +28,8 @@ __all__ = [
     "ring_transfer_floor_s",
 ]
 
-from paraplan.graph.moe_mlp import expert_knob_inputs, expert_knob_ops
-from paraplan.graph.ops import ExpertShape, LayerGraph, mark_recomputed, recomputed_op_names
+from paraplan.graph.moe_mlp import expert_knob_ops
+from paraplan.graph.ops import ExpertShape, LayerGraph, recomputed_op_names
 from paraplan.graph.transformer import cp_free_key, with_expert
 from paraplan.search.divisors import divisors
 from paraplan.search.bounds.floor_memos import NO_CORE, CoreCost, RestMemo
@@ -45,6 +44,7 @@ from paraplan.search.bounds.exposure_floors import (
     ring_floor_s,
     ring_transfer_floor_s,
 )
+from paraplan.search.bounds.knob_computes import _knob_computes, compute_fields
 from paraplan.search.space import SearchProblem
 from paraplan.step.build import (
     BLOCK_KINDS,
@@ -76,16 +76,16 @@ def _expert_computes(model, system, name: str, first, experts: tuple, drop: tupl
     parts = _parts_compute(model, system, name, first, drop)
     if parts is not None:
         inner, outer = parts
-        outer = _compute_fields(outer)
+        outer = compute_fields(outer)
         return tuple(
-            BlockCompute(*[a + b for a, b in zip(_compute_fields(c), outer)])
+            BlockCompute(*[a + b for a, b in zip(compute_fields(c), outer)])
             for c in _expert_computes(model, system, inner, first, experts, drop)
         )
     rest = _rest_compute(model, system, name, first, drop)
     if (
         rest is not None
     ):  # an MoE layer: its expert-free ops once, each option's own (the sum in another order)
-        rest = _compute_fields(rest)
+        rest = compute_fields(rest)
         return tuple(
             BlockCompute(*[r + o for r, o in zip(rest, own)])
             for own in _knob_computes(model, system, first, experts)
@@ -413,40 +413,6 @@ _CORE_COMPUTES: dict = {}  # (core ops, system, dtype) -> BlockCompute: KindFloo
 _REST_GENERATION = [
     0
 ]  # bumped when _REST_FLOORS is cleared (cache_clear): a problem's handle on it is then stale
-
-
-_compute_fields = attrgetter(*BlockCompute._fields)  # a step.build.BlockCompute's fields as a tuple
-
-
-def _knob_computes(model, system, shape, experts: tuple) -> tuple[tuple[float, ...], ...]:
-    """Per expert option, the step.build.BlockCompute fields (as a tuple) of the ops graph.moe_mlp.expert_knob_ops lists for it
-    at the shape (marked for its recompute modules as the layer marks them), memoised per option on what those ops
-    read (graph.moe_mlp.expert_knob_inputs): shared by every block kind holding an MoE layer and every (tp, cp,
-    micro-batch) routing as many tokens, whatever the tp (the options with etp 1 recur for every tp)."""
-    inputs = expert_knob_inputs(shape)
-    out = []
-    for expert in experts:
-        key = (model, system, inputs, expert, shape.recompute_modules)
-        found = _KNOB_COMPUTES.get(key)
-        if (
-            found is None
-        ):  # the ops read the option from ``expert`` (expert_knob_parts), not from the shape
-            ops = mark_recomputed(expert_knob_ops(model, shape, expert), shape.recompute_modules)
-            found = _remember(
-                _KNOB_COMPUTES,
-                key,
-                _compute_fields(
-                    block_compute.__wrapped__(
-                        LayerGraph("expert knobs", ops, (), 0.0), system, shape.dtype
-                    )
-                ),
-            )
-        out.append(found)
-    return tuple(out)
-
-
-_KNOB_COMPUTES: dict = {}
-_knob_computes.cache_clear = _KNOB_COMPUTES.clear  # as the lru caches (SEARCH_CACHES)
 
 
 def least_memory_expert(problem: SearchProblem, tp: int) -> ExpertShape:
