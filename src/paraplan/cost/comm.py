@@ -27,11 +27,6 @@ import numpy as np
 
 from paraplan.cost.collnet import sharp_all_reduce
 from paraplan.cost.comm_contention import tier_overlap_costs, tier_sm_shares
-from paraplan.cost.nccl_protocols import (
-    low_latency_fields,
-    nvls_all_reduce_latency_s,
-    protocol_tier_times,
-)
 from paraplan.specs.plan import PlanSpec
 from paraplan.specs.system import SystemSpec
 
@@ -206,10 +201,7 @@ class LinearCollective:
     Fields may be floats or numpy arrays (one entry per candidate plan). ``cost_in`` / ``cost_out``
     are each tier's overlap cost, the share of that tier's time (latency included) still paid when the
     collective hides behind compute (the SMs NCCL's CTAs hold); ``hbm_in`` / ``hbm_out`` the share of its
-    byte time paid for the HBM bandwidth it moves (cost.comm_contention.tier_overlap_costs). ``ll128_*`` /
-    ``ll_*``: each tier's latency under NCCL's LL128 / LL protocols (inf: not run; cost.nccl_protocols);
-    ``ring_slope_in``: the NVLink slope those protocols run at before their bus fraction (0: ``slope_in``;
-    an all-reduce whose ``slope_in`` is NVLS's sets the ring's)."""
+    byte time paid for the HBM bandwidth it moves (cost.comm_contention.tier_overlap_costs)."""
 
     slope_in: Any
     latency_in: Any
@@ -219,19 +211,13 @@ class LinearCollective:
     cost_out: Any
     hbm_in: Any = 0.0
     hbm_out: Any = 0.0
-    ll128_latency_in: Any = math.inf
-    ll128_latency_out: Any = math.inf
-    ll_latency_in: Any = math.inf
-    ll_latency_out: Any = math.inf
-    ring_slope_in: Any = 0.0
 
     def tier_times_s(self, size_bytes):
-        """(NVLink-tier seconds, scale-out-tier seconds) of one call on an S-byte buffer: the cheapest of
-        NCCL's protocols (``protocol_tier_times``), Simple (slopes, latency_in/out) unless LL128 or LL
-        (their latencies, the slopes over cost.nccl_protocols.BUS_FRACTION) is faster at this size."""
+        """(NVLink-tier seconds, scale-out-tier seconds) of one call on an S-byte buffer."""
         on = size_bytes > 0  # bool or bool array: an empty buffer costs nothing
-        inner, outer = protocol_tier_times(self, size_bytes)
-        return inner * on, outer * on
+        return (size_bytes * self.slope_in + self.latency_in) * on, (
+            size_bytes * self.slope_out + self.latency_out
+        ) * on
 
     def time_s(self, size_bytes):
         """S·(a_in + a_out) + l_in + l_out (0 for an empty buffer)."""
@@ -263,8 +249,9 @@ def nvls_all_reduce_slope(per_domain: int, inner: float, node) -> float:
     450 GB/s · 0.75; nccl-tests all_reduce_perf on 8 H100 SXM reports 460-480 GB/s with NVLS, ~360 GB/s
     ring). With a = 2 the ring moves S/2 and stays faster. Across domains (NVLS_TREE) the NIC tier keeps its
     ring term. NCCL runs all-gather and reduce-scatter on NVLS only at (ppn−1)/ppn of that bus bandwidth
-    without the ring's n/(n−1), slower than the ring: they keep the ring. Latency: NCCL's NVLS latency,
-    25 µs (hwLat NVLINK NVLS Simple) inside one domain (cost.nccl_protocols.nvls_all_reduce_latency_s)."""
+    without the ring's n/(n−1), slower than the ring: they keep the ring. Latency stays the ring / tree hop
+    count (collective_latency_s): NCCL's NVLS latency, 25 µs (hwLatencies NVLINK NVLS Simple), is of the
+    order of its 8-GPU ring's 8.4 + 14·3.4 µs in the same table."""
     ring = 2 * (per_domain - 1) / per_domain / inner
     eff, channels = node.nvls_efficiency, node.nvls_channels
     if eff <= 0 or node.topology != "switch" or per_domain < 2:
@@ -292,24 +279,17 @@ def linear_collective(kind: str, span: GroupSpan, system: SystemSpec) -> LinearC
     alpha_in, alpha_out = system.node.nvlink_latency, system.network.latency
     if kind == "all_reduce":
         lat_in, lat_out = collective_latency_s(kind, span, alpha_in, alpha_out)
-        lat_in = nvls_all_reduce_latency_s(span, system.node, lat_in)
         slope_in, slope_out = (
             nvls_all_reduce_slope(a, inner, system.node),
             2 * (o - 1) / o / a / outer,
         )
         if sharp := sharp_all_reduce(a, o, slope_out, system.network, alpha_in):
             slope_out, lat_in, lat_out = sharp
-            return LinearCollective(slope_in, lat_in, slope_out, lat_out, c_in, c_out, *hbm)
-        low = low_latency_fields(kind, ring_steps(kind, span), a, o, system.node)
-        ring_in = 2 * (a - 1) / a / inner  # LL / LL128 run the ring or tree, not NVLS
-        return LinearCollective(
-            slope_in, lat_in, slope_out, lat_out, c_in, c_out, *hbm, **low, ring_slope_in=ring_in
-        )
+        return LinearCollective(slope_in, lat_in, slope_out, lat_out, c_in, c_out, *hbm)
     if kind in ("all_gather", "reduce_scatter"):
         lat_in, lat_out = collective_latency_s(kind, span, alpha_in, alpha_out)
-        low = low_latency_fields(kind, ring_steps(kind, span), a, o, system.node)
         return LinearCollective(
-            (a - 1) / a / inner, lat_in, (o - 1) / o / a / outer, lat_out, c_in, c_out, *hbm, **low
+            (a - 1) / a / inner, lat_in, (o - 1) / o / a / outer, lat_out, c_in, c_out, *hbm
         )
     if kind in ("broadcast", "reduce"):
         return rooted_collective(span, system)

@@ -68,12 +68,6 @@ class NodeSpec(InputModel):
         "no NVLS (no third-generation NVSwitch, NCCL < 2.17, or NCCL_NVLS_ENABLE=0). "
         "cost.comm.nvls_all_reduce_slope",
     )
-    nccl_ll_protocols: bool = Field(
-        False,
-        description="NCCL runs its low-latency protocols LL and LL128 on this domain's NVLink and picks "
-        "the cheapest per size (NVIDIA/nccl src/graph/tuning.cc v2.18-v2.30: LL128 on by default on "
-        "NVLink from Ampere on); false: the catalog's per-hop α (Simple) alone. cost.nccl_protocols",
-    )
     nvls_channels: int = Field(
         16,
         gt=1,
