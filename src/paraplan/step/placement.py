@@ -25,8 +25,8 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from paraplan.cost.comm import GroupSpan, LinearCollective, placed_span
-from paraplan.cost.group_spans import stage_spans
 from paraplan.cost.elementwise import is_array, maximum, minimum, where
+from paraplan.cost.group_spans import stage_spans
 from paraplan.specs.parallel import DEFAULT_PLACEMENT, ParallelDims
 from paraplan.specs.split import SplitGroup
 from paraplan.specs.system import SystemSpec
