@@ -134,10 +134,10 @@ def _plan_row(
     system: SystemSpec,
     plan: PlanSpec,
     recompute: str,
-    position: int | None = None,
+    stage: tuple | None = None,
 ):
     """(row_facts, row_blocks) of the plan's shape, spans and micro-batches under ``recompute``; with
-    ``position``, on the tp and cp spans of the stage there (step.placement.position_spans)."""
+    ``stage``, on those (tp span, cp span) (a stage's own: step.placement.position_spans)."""
     return _row(
         model,
         system,
@@ -147,7 +147,7 @@ def _plan_row(
         plan.microbatches,
         recompute,
         plan.overlap_tp_comm,
-        position,
+        stage,
     )
 
 
@@ -161,12 +161,15 @@ def _row(
     microbatches: int,
     recompute: str,
     overlap_tp_comm: bool,
-    position: int | None = None,
+    stage: tuple | None = None,
 ):
     """The facts and per-block costs of a row (per-layer configuration): pure functions of the specs'
     values, so kept for the next plan of the same row (plain floats and tuples: nothing downstream
-    changes them). With ``position``, the row of the stage there (step.placement.position_spans)."""
-    spans = plan_spans(dims, system) if position is None else position_spans(dims, system, position)
+    changes them). With ``stage``, on those (tp span, cp span) (a stage's own:
+    step.placement.position_spans)."""
+    spans = plan_spans(dims, system)
+    if stage is not None:
+        spans["tp"], spans["cp"] = stage
     facts = row_facts(model, system, shape, spans, pp, microbatches, recompute, overlap_tp_comm)
     return facts, row_blocks(facts)
 
@@ -182,9 +185,13 @@ def step_inputs(
     inp = build_step_inputs(facts, blocks, knobs, split, constants)
     placed = not plan_stages_tile(plan.dims, system.node.gpus_per_domain)
     if placed:  # stage by stage (step.placement), each on its own tp and cp spans
+        grouped = inp.stages
 
         def entries_at(position: int):
-            f, b = _plan_row(model, system, plan, plan.recompute, position)
+            own = position_spans(plan.dims, system, position)
+            if own is None:
+                return grouped
+            f, b = _plan_row(model, system, plan, plan.recompute, own)
             return build_step_inputs(f, b, knobs, split, constants).stages
 
         dims = StageDims(plan.tp, plan.cp, plan.dp, plan.pp)
@@ -195,9 +202,8 @@ def step_inputs(
         from paraplan.step.partial_recompute import split_recompute_layers
 
         def kept_at(position: int):
-            return _plan_row(model, system, plan, "none", position if placed else None)[1][
-                "decoder"
-            ]
+            own = position_spans(plan.dims, system, position) if placed else None
+            return _plan_row(model, system, plan, "none", own)[1]["decoder"]
 
         inp = split_recompute_layers(inp, kept_at, plan.recompute_num_layers, plan.vpp)
     return inp

@@ -26,11 +26,11 @@ import numpy as np
 
 from paraplan.cost.comm import GroupSpan, LinearCollective, placed_span
 from paraplan.cost.elementwise import is_array, maximum, minimum, where
-from paraplan.cost.group_spans import stage_spans
+from paraplan.cost.group_spans import stage_group_spans, stage_spans
 from paraplan.specs.parallel import DEFAULT_PLACEMENT, ParallelDims
 from paraplan.specs.split import SplitGroup
 from paraplan.specs.system import SystemSpec
-from paraplan.step.build import gradient_group, plan_spans
+from paraplan.step.build import gradient_group
 from paraplan.step.compose import GradientGroup, StepInputs
 from paraplan.step.layout import positioned_stages
 from paraplan.step.p2p import PipelineLinks, stage_p2p_s
@@ -59,14 +59,14 @@ def plan_stages_tile(dims: ParallelDims, domain: int) -> bool:
     return bool(stages_tile(dims.stage_gpus, domain, dims.placement_order == DEFAULT_PLACEMENT))
 
 
-def position_spans(degrees, system: SystemSpec, position: int) -> dict[str, GroupSpan]:
-    """step.build.plan_spans of a default-order plan whose stages do not tile the nodes, the tp and cp spans
-    those of the stage at ``position`` (cost.group_spans.stage_spans): its tp and cp collectives run on its own
-    ranks, as the per-stage path prices them (step.stage_links.tp_span)."""
-    spans = plan_spans(degrees, system)
+def position_spans(dims, system: SystemSpec, position: int) -> tuple[GroupSpan, GroupSpan] | None:
+    """The (tp span, cp span) of the stage at ``position`` of a default-order plan whose stages do not tile the
+    nodes (cost.group_spans.stage_spans), where they differ from the plan's (step.build.plan_spans: the slowest
+    stage's, cost.group_spans.stage_group_spans); None where they do not. Its tp and cp collectives run on its
+    own ranks, as the per-stage path prices them (step.stage_links.tp_span)."""
     domain = system.node.gpus_per_domain
-    spans["tp"], spans["cp"] = stage_spans(degrees.tp, degrees.cp, degrees.dp, position, domain)
-    return spans
+    own = stage_spans(dims.tp, dims.cp, dims.dp, position, domain)
+    return None if own == stage_group_spans(dims.tp, dims.cp, dims.dp, dims.pp, domain) else own
 
 
 def boundary_crosses(a: Num, b: Num, stage_gpus: Num, tp: Num, domain: int) -> Num:
