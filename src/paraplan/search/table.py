@@ -203,21 +203,30 @@ class RowTable:
         self._cost_units(units)
         blocks = take(self.blocks, units)
         inp = build_step_inputs(facts, blocks, knobs, split, self.constants)
+
+        def entries_at(
+            position: int,
+        ):  # the entries of ``inp`` with a stage's blocks on its own spans
+            mixed = self._position_blocks(blocks, index, units, position)
+            return build_step_inputs(facts, mixed, knobs, split, self.constants).stages
+
+        return self._placed(inp, index, split, facts.pipeline, entries_at)
+
+    def _placed(self, inp: StepInputs, index: np.ndarray, split, links, entries_at) -> StepInputs:
+        """``inp`` with the candidates whose stages do not tile the nodes laid out stage by stage, as the
+        estimator lays out such a plan (step.placement.placed_stage_inputs), where some stages' tp/cp spans
+        differ each stage's blocks on its own (``entries_at``: ``_position_blocks``); ``inp`` itself when none."""
         if self._all_tiles():
             return inp
         tiles = self._tiles[index]
         if tiles.all():
             return inp
+        c, system = self.columns, self.problem.system
         dims = StageDims(*(c[name][index] for name in ("tp", "cp", "dp", "pp")))
-        entries_at = None
-        if self._varies[index].any():  # some stages' tp/cp spans differ (search.position_blocks)
-
-            def entries_at(position: int):
-                mixed = self._position_blocks(blocks, index, units, position)
-                return build_step_inputs(facts, mixed, knobs, split, self.constants).stages
-
-        system = self.problem.system
-        return placed_stage_inputs(inp, split, facts.pipeline, system, dims, ~tiles, entries_at)
+        varies = self._varies[index].any()  # search.position_blocks
+        return placed_stage_inputs(
+            inp, split, links, system, dims, ~tiles, entries_at if varies else None
+        )
 
     def _all_tiles(self) -> bool:
         """Whether every row's stages tile the nodes (per row, once, in ``_tiles``; where not, ``_varies``: the
