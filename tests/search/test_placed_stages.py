@@ -9,6 +9,7 @@ import math
 import pytest
 
 from paraplan.catalog import load_model, load_system
+from paraplan.cost.group_spans import stage_spans
 from paraplan.search import row_scan
 from paraplan.search.exhaustive import exhaustive_search
 from paraplan.search.run import search
@@ -49,3 +50,45 @@ def test_fast_top_k_equals_exhaustive_on_straddling_stages(gpus, pp, tp, chunk, 
         assert math.isclose(got.objective, want.objective, rel_tol=1e-9)
         assert math.isclose(got.estimate.step_time_s, want.estimate.step_time_s, rel_tol=1e-9)
     assert any(r.plan.tp * r.plan.dp % 8 and 8 % (r.plan.tp * r.plan.dp) for r in reference.plans)
+
+
+@pytest.mark.parametrize(
+    "gpus, pp, tp",
+    [
+        (27, (3, 9), (3,)),  # stages of 9 and 3 GPUs: tp 3 groups at ranks 6-8 straddle two nodes
+        (18, (3, 6), (3,)),  # stages of 6 and 3 GPUs
+    ],
+)
+@pytest.mark.parametrize("chunk", [None, 1])
+def test_fast_top_k_prices_each_stage_on_its_own_tp_group(gpus, pp, tp, chunk, monkeypatch):
+    """Where only some stages' tp groups straddle a node boundary the search costs each stage's blocks on its
+    own tp span and bounds such a row by its op-time floor (search.position_blocks), as ``estimate`` prices
+    each stage (step.placement.position_spans): its top K equals the exhaustive search's."""
+    problem = SearchProblem(
+        model=load_model("gpt3-125m"),
+        system=load_system("dgx-h100-80gb"),
+        gpus=gpus,
+        global_batch=2 * gpus,
+        seq_length=1024,
+        micro_batch=(1,),
+        recompute=("none",),
+        tp=tp,
+        pp=pp,
+        vary_placement=False,
+        vary_offload=False,
+        vary_overlap=False,
+    )
+    reference = exhaustive_search(problem, top_k=10)
+    if chunk is not None:
+        monkeypatch.setattr(row_scan, "CHUNK_CANDIDATES", chunk)
+    fast = search(problem, top_k=10)
+    assert fast.candidates == reference.candidates
+    for got, want in zip(fast.plans, reference.plans, strict=True):
+        assert got.plan.model_dump() == want.plan.model_dump()
+        assert math.isclose(got.objective, want.objective, rel_tol=1e-9)
+        assert math.isclose(got.estimate.step_time_s, want.estimate.step_time_s, rel_tol=1e-9)
+    spans = [
+        {stage_spans(r.plan.tp, r.plan.cp, r.plan.dp, s, 8) for s in range(r.plan.pp)}
+        for r in reference.plans
+    ]
+    assert any(len(s) > 1 for s in spans)

@@ -7,11 +7,17 @@ import pytest
 
 from paraplan.catalog import load_system
 from paraplan.cost.comm import GroupSpan, group_span, placed_span, span_of_domains
-from paraplan.cost.group_spans import stage_group_spans, strided_groups_span
+from paraplan.cost.group_spans import stage_group_spans, stage_spans, strided_groups_span
 from paraplan.specs.parallel import ParallelDims
 from paraplan.step.build import plan_spans
 from paraplan.step.p2p import PipelineLinks
-from paraplan.step.placement import StageDims, boundary_crosses, placed_p2p_s, plan_stages_tile
+from paraplan.step.placement import (
+    StageDims,
+    boundary_crosses,
+    placed_p2p_s,
+    plan_stages_tile,
+    position_spans,
+)
 from tests.unit.test_one_path import assert_same, both_paths
 
 D = 8
@@ -141,3 +147,24 @@ def test_plan_spans_price_the_slowest_tp_group():
     assert spans["tp"] == GroupSpan(3, 2, 2)
     assert spans["dense"] == GroupSpan(8, 3, 3)
     assert stage_group_spans(3, 1, 8, 2, D) == (GroupSpan(3, 2, 2), GroupSpan(1, 1, 1))
+
+
+def test_each_stage_has_its_own_tp_and_cp_spans():
+    """tp 3, cp 2, dp 1 on 8-GPU nodes (S = 6), by hand: stage 0 (ranks 0-5) holds tp groups 0-2, 3-5 and cp
+    groups {0, 3}, {1, 4}, {2, 5} on node 0; stage 1 (ranks 6-11) tp group 6-8 over nodes 0 | 1 (2 + 1) and
+    cp group {6, 9} over two; stage 2 (ranks 12-17) tp group 15 | 16-17 and cp group {13, 16} over two.
+    tp 3, pp 3, dp 1: the plan's spans (the slowest) are stage 2's (ranks 6-8), so position_spans is None
+    there and stages 0 and 1 get their own (one node)."""
+    one, two = GroupSpan(3, 3, 1), GroupSpan(3, 2, 2)
+    assert stage_spans(3, 2, 1, 0, 8) == (one, GroupSpan(2, 2, 1))
+    assert stage_spans(3, 2, 1, 1, 8) == (two, GroupSpan(2, 1, 2))
+    assert stage_spans(3, 2, 1, 2, 8) == (two, GroupSpan(2, 1, 2))
+    assert stage_group_spans(3, 2, 1, 3, 8) == (two, GroupSpan(2, 1, 2))
+    system = load_system("dgx-h100-80gb")
+    dims = ParallelDims(3, 1, 1, 3)
+    single = GroupSpan(1, 1, 1)
+    assert [position_spans(dims, system, s) for s in range(3)] == [
+        (one, single),
+        (one, single),
+        None,
+    ]

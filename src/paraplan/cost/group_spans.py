@@ -40,16 +40,32 @@ def strided_groups_span(
 
 
 @lru_cache(maxsize=4096)
+def stage_spans(
+    tp: int, cp: int, dp: int, position: int, domain: int
+) -> tuple[GroupSpan, GroupSpan]:
+    """(tp span, cp span) of the stage at ``position`` of a uniform plan in Megatron-Core's default order
+    (tp-cp-dp-pp): the ``strided_groups_span`` of its ranks [s·S, (s+1)·S), S = tp·cp·dp, the tp groups runs
+    of tp ranks, the cp groups cp ranks tp apart. Its collectives run on its own ranks (tp 3, pp 3 on 8-GPU
+    domains: stage 2, ranks 6-8, straddles; stages 0 and 1 do not), as the per-stage path prices a stage
+    (step.stage_links.tp_span)."""
+    stage = tp * cp * dp
+    first = position * stage
+    return (
+        strided_groups_span(first, stage, tp, 1, domain),
+        strided_groups_span(first, stage, cp, tp, domain),
+    )
+
+
+@lru_cache(maxsize=4096)
 def stage_group_spans(
     tp: int, cp: int, dp: int, pp: int, domain: int
 ) -> tuple[GroupSpan, GroupSpan]:
-    """(tp span, cp span) of a uniform plan in Megatron-Core's default order (tp-cp-dp-pp): the
-    ``strided_groups_span`` of every stage (stage s holds ranks [s·S, (s+1)·S), S = tp·cp·dp), the slowest
-    over the stages, which repeat every D/gcd(S, D) positions. Where the stages tile the domains (S | D or
-    D | S) every stage's is stage 0's."""
+    """(tp span, cp span) of a uniform plan in Megatron-Core's default order (tp-cp-dp-pp): the slowest of
+    its stages' ``stage_spans``, which repeat every D/gcd(S, D) positions (S = tp·cp·dp). Where the stages
+    tile the domains (S | D or D | S) every stage's is stage 0's."""
     stage = tp * cp * dp
-    positions = range(min(pp, domain // math.gcd(stage, domain)))
-    return (
-        slowest_span(strided_groups_span(s * stage, stage, tp, 1, domain) for s in positions),
-        slowest_span(strided_groups_span(s * stage, stage, cp, tp, domain) for s in positions),
-    )
+    spans = [
+        stage_spans(tp, cp, dp, s, domain)
+        for s in range(min(pp, domain // math.gcd(stage, domain)))
+    ]
+    return slowest_span(t for t, _ in spans), slowest_span(c for _, c in spans)

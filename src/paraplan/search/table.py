@@ -12,6 +12,7 @@ for, every block kind when a candidate is evaluated: search.bound_order).
 
 from __future__ import annotations
 
+import copy
 from dataclasses import fields, replace
 from functools import lru_cache
 
@@ -26,6 +27,7 @@ from paraplan.search.columns import (
     plan_columns,
 )
 from paraplan.search.options import ExpertOption, row_dims
+from paraplan.search.position_blocks import position_keys, varying_rows
 from paraplan.search.row_enumeration import RowEnumeration
 from paraplan.search.shapes import expert_shape_of, layer_shape_of, shape_keys_of
 from paraplan.search.space import Row, SearchProblem
@@ -124,6 +126,10 @@ class RowTable:
         self._costed = np.zeros(len(self.first), dtype=bool)
         self._tiles: np.ndarray | None = None  # per row: its stages tile the nodes (``_placed``)
         self._all_tile = False
+        self._varies: np.ndarray | None = (
+            None  # per row: its stages' tp/cp spans differ (``_placed``)
+        )
+        self._floors: np.ndarray | None = None  # ``work_floors``, once
         self._statics: dict | None = None  # per kind, each cost id's step.build.kind_statics
         self._widths: dict | None = None  # per kind, the longest small-tensor list of its statics
 
@@ -197,25 +203,78 @@ class RowTable:
         self._cost_units(units)
         blocks = take(self.blocks, units)
         inp = build_step_inputs(facts, blocks, knobs, split, self.constants)
-        return self._placed(inp, index, split, facts.pipeline)
 
-    def _placed(self, inp: StepInputs, index: np.ndarray, split, links) -> StepInputs:
+        def entries_at(
+            position: int,
+        ):  # the entries of ``inp`` with a stage's blocks on its own spans
+            mixed = self._position_blocks(blocks, index, units, position)
+            return build_step_inputs(facts, mixed, knobs, split, self.constants).stages
+
+        return self._placed(inp, index, split, facts.pipeline, entries_at)
+
+    def _placed(self, inp: StepInputs, index: np.ndarray, split, links, entries_at) -> StepInputs:
         """``inp`` with the candidates whose stages do not tile the nodes laid out stage by stage, as the
-        estimator lays out such a plan (step.placement.placed_stage_inputs); ``inp`` itself when none."""
-        c, system = self.columns, self.problem.system
-        if self._tiles is None:  # per row, once: most spaces (powers of two) tile throughout
-            default = np.array([name == DEFAULT_PLACEMENT_LABEL for name in self.placement_names])
-            self._tiles = stages_tile(
-                c["tp"] * c["cp"] * c["dp"], system.node.gpus_per_domain, default[c["placement"]]
-            )
-            self._all_tile = bool(self._tiles.all())
-        if self._all_tile:
+        estimator lays out such a plan (step.placement.placed_stage_inputs), where some stages' tp/cp spans
+        differ each stage's blocks on its own (``entries_at``: ``_position_blocks``); ``inp`` itself when none."""
+        if self._all_tiles():
             return inp
         tiles = self._tiles[index]
         if tiles.all():
             return inp
+        c, system = self.columns, self.problem.system
         dims = StageDims(*(c[name][index] for name in ("tp", "cp", "dp", "pp")))
-        return placed_stage_inputs(inp, split, links, system, dims, ~tiles)
+        varies = self._varies[index].any()  # search.position_blocks
+        return placed_stage_inputs(
+            inp, split, links, system, dims, ~tiles, entries_at if varies else None
+        )
+
+    def _all_tiles(self) -> bool:
+        """Whether every row's stages tile the nodes (per row, once, in ``_tiles``; where not, ``_varies``: the
+        rows whose stages' tp/cp spans differ, search.position_blocks.varying_rows)."""
+        if self._tiles is None:  # most spaces (powers of two) tile throughout
+            c, domain = self.columns, self.problem.system.node.gpus_per_domain
+            default = np.array([name == DEFAULT_PLACEMENT_LABEL for name in self.placement_names])
+            self._tiles = stages_tile(c["tp"] * c["cp"] * c["dp"], domain, default[c["placement"]])
+            self._all_tile = bool(self._tiles.all())
+            self._varies = varying_rows(c, self._tiles, domain)
+        return self._all_tile
+
+    def _position_blocks(self, blocks: dict, index: np.ndarray, units: np.ndarray, position: int):
+        """``blocks`` (the candidates' units' blocks) with those of the candidates whose stages' spans differ and
+        whose pipeline has a stage at ``position`` costed on that stage's tp and cp spans (step.placement's
+        position_spans, as the estimator costs them: step.build.kind_cost_facts, kind_blocks)."""
+        c = self.columns
+        live = self._varies[index] & (position < c["pp"][index])
+        if not live.any():
+            return blocks
+        live = np.nonzero(live)  # ``index`` may have any shape (search.grid_index.evaluate_groups)
+        domain = self.problem.system.node.gpus_per_domain
+        keys, which = position_keys(c, index[live], units[live], position, domain)
+        rows = self.first[np.array([u for u, _ in keys], dtype=np.int64)]
+        mids, memories = c["memory_id"][rows], {}
+        for m in np.unique(mids).tolist():
+            memories[m] = self.costings.entries("memory", [m])[0]
+        model, system, widths = self.problem.model, self.problem.system, self._small_widths()
+        facts = {}
+        for kind in self.kinds:
+            costs = [
+                _padded(
+                    kind_cost_facts(model, system, self.costings.costs[cid].shape, *pair, kind),
+                    widths[kind],
+                )
+                for cid, (_, pair) in zip(c["cost_id"][rows].tolist(), keys)
+            ]
+            every = np.arange(len(keys))
+            facts[kind] = BlockFacts.of(
+                stack(costs, every), stack([memories[m][kind] for m in mids.tolist()], every)
+            )
+        domains = np.array([pair[0].domains for _, pair in keys])
+        costed = kind_blocks(
+            facts, c["recompute"][rows], c["overlap_tp"][rows].astype(bool), domains
+        )
+        mixed = copy.deepcopy(blocks)
+        put(mixed, live, take(costed, which))
+        return mixed
 
     # ---- the blocks, costed per unit as they are read ------------------------------------------
     def _kind_cost(self, kind: str, ids) -> list:
@@ -316,13 +375,16 @@ class RowTable:
         """Per row, a floor of its layer work u (``_unit_work``) from op times alone: the least over its kinds of
         decoder layer of step.build.kind_compute_floor, which is the first three of the terms u sums — so at most
         u, bit for bit — and costs no collective."""
+        if self._floors is not None:
+            return self._floors
         statics, c = self._all_statics(), self.columns
         least = None
         for kind in self.layer_kinds:
             compute = stack([compute for compute, *_ in statics[kind]], c["cost_id"])
             work = kind_compute_floor(kind, compute, c["recompute"])
             least = work if least is None else np.minimum(least, work)
-        return np.broadcast_to(least, (self.size,))
+        self._floors = np.broadcast_to(least, (self.size,))
+        return self._floors
 
     def lower_bounds(
         self,
@@ -360,6 +422,11 @@ class RowTable:
         rows = np.arange(self.size) if rows is None else rows
         unit = self._unit_work(self.unit[rows]) if work is None else work
         kept = self._kept[self.unit[rows]] if work is None else work
+        if work is None and not self._all_tiles() and self._varies[rows].any():
+            # a stage on its own tp/cp spans may work less than the unit (the plan's slowest): its op-time floor
+            floor = self.work_floors()[rows]
+            unit = np.where(self._varies[rows], floor, unit)
+            kept = np.where(self._varies[rows], floor, kept)
         facts = self.facts
         links = self.links  # every stage of a pipeline exchanges at least once (step.p2p.exchanges)
         ids = self.columns["p2p_id"][rows]

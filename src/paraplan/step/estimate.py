@@ -40,7 +40,12 @@ from paraplan.step.compose import SCHEDULE_FLAGS, StepInputs, compose_step
 from paraplan.step.constants import stack_shape_fields
 from paraplan.step.layer_shape import layer_shape_from
 from paraplan.step.layout import StageMix
-from paraplan.step.placement import StageDims, placed_stage_inputs, plan_stages_tile
+from paraplan.step.placement import (
+    StageDims,
+    placed_stage_inputs,
+    plan_stages_tile,
+    position_spans,
+)
 from paraplan.step.result import CommCost, Estimate, OpCost, StageMemory, TimeBreakdown
 from paraplan.step.stage_memory import dualpipe_memory_terms, memory_at, stage_holdings
 
@@ -124,8 +129,15 @@ def grid_knobs(plan: PlanSpec) -> GridKnobs:
     )
 
 
-def _plan_row(model: ModelSpec, system: SystemSpec, plan: PlanSpec, recompute: str):
-    """(row_facts, row_blocks) of the plan's shape, spans and micro-batches under ``recompute``."""
+def _plan_row(
+    model: ModelSpec,
+    system: SystemSpec,
+    plan: PlanSpec,
+    recompute: str,
+    stage: tuple | None = None,
+):
+    """(row_facts, row_blocks) of the plan's shape, spans and micro-batches under ``recompute``; with
+    ``stage``, on those (tp span, cp span) (a stage's own: step.placement.position_spans)."""
     return _row(
         model,
         system,
@@ -135,6 +147,7 @@ def _plan_row(model: ModelSpec, system: SystemSpec, plan: PlanSpec, recompute: s
         plan.microbatches,
         recompute,
         plan.overlap_tp_comm,
+        stage,
     )
 
 
@@ -148,11 +161,15 @@ def _row(
     microbatches: int,
     recompute: str,
     overlap_tp_comm: bool,
+    stage: tuple | None = None,
 ):
     """The facts and per-block costs of a row (per-layer configuration): pure functions of the specs'
     values, so kept for the next plan of the same row (plain floats and tuples: nothing downstream
-    changes them)."""
+    changes them). With ``stage``, on those (tp span, cp span) (a stage's own:
+    step.placement.position_spans)."""
     spans = plan_spans(dims, system)
+    if stage is not None:
+        spans["tp"], spans["cp"] = stage
     facts = row_facts(model, system, shape, spans, pp, microbatches, recompute, overlap_tp_comm)
     return facts, row_blocks(facts)
 
@@ -164,25 +181,31 @@ def step_inputs(
     the plan's, when the caller has it)."""
     facts, blocks = _plan_row(model, system, plan, plan.recompute)
     split = plan.split(model.layers, model.mtp_layers) if split is None else split
-    inp = build_step_inputs(
-        facts,
-        blocks,
-        grid_knobs(plan),
-        split,
-        system_terms(system, plan.dtype, plan),
-    )
-    if not plan_stages_tile(
-        plan.dims, system.node.gpus_per_domain
-    ):  # stage by stage (step.placement)
+    knobs, constants = grid_knobs(plan), system_terms(system, plan.dtype, plan)
+    inp = build_step_inputs(facts, blocks, knobs, split, constants)
+    placed = not plan_stages_tile(plan.dims, system.node.gpus_per_domain)
+    if placed:  # stage by stage (step.placement), each on its own tp and cp spans
+        grouped = inp.stages
+
+        def entries_at(position: int):
+            own = position_spans(plan.dims, system, position)
+            if own is None:
+                return grouped
+            f, b = _plan_row(model, system, plan, plan.recompute, own)
+            return build_step_inputs(f, b, knobs, split, constants).stages
+
         dims = StageDims(plan.tp, plan.cp, plan.dp, plan.pp)
-        inp = placed_stage_inputs(inp, split, facts.pipeline, system, dims)
+        inp = placed_stage_inputs(inp, split, facts.pipeline, system, dims, True, entries_at)
     if (
         plan.recompute_num_layers is not None
     ):  # only some layers recomputed (schedule.partial_recompute)
         from paraplan.step.partial_recompute import split_recompute_layers
 
-        kept = _plan_row(model, system, plan, "none")[1]
-        inp = split_recompute_layers(inp, kept["decoder"], plan.recompute_num_layers, plan.vpp)
+        def kept_at(position: int):
+            own = position_spans(plan.dims, system, position) if placed else None
+            return _plan_row(model, system, plan, "none", own)[1]["decoder"]
+
+        inp = split_recompute_layers(inp, kept_at, plan.recompute_num_layers, plan.vpp)
     return inp
 
 

@@ -166,13 +166,15 @@ def positioned_stages(
     p2p_at: Callable[[int], Num],
     dense_at: Callable[[int], GradientGroup],
     placed: Num = True,
+    entries_at: Callable[[int], tuple[Stage, ...]] | None = None,
 ) -> StepInputs:
     """``inp`` (build_step_inputs of the split ``groups``: its first len(groups) entries hold their blocks,
     the same block per kind in each) where ``placed`` with one Stage entry per position instead (a uniform
-    plan whose stages do not tile the nodes, step.placement): the blocks of the group holding it, its
-    point-to-point seconds ``p2p_at(position)`` and its own inputs, whose dense gradient group is
-    ``dense_at(position)``. Elsewhere (arrays) the grouped entries stand and the positional ones are
-    absent (count 0)."""
+    plan whose stages do not tile the nodes, step.placement): the blocks of the group holding it, as
+    ``entries_at(position)`` holds them (build_step_inputs' entries on the position's own tp and cp spans;
+    ``inp``'s where None), its point-to-point seconds ``p2p_at(position)`` and its own inputs, whose dense
+    gradient group is ``dense_at(position)``. Elsewhere (arrays) the grouped entries stand and the
+    positional ones are absent (count 0)."""
     base = replace(inp, stages=())
     kept = (
         [replace(e, count=where(placed, 0, e.count)) for e in inp.stages]
@@ -182,9 +184,10 @@ def positioned_stages(
     stages = []
     for s in range(int(np.max(np.where(placed, pp, 1)))):
         inside = [(g.index <= s) & (s < g.index + g.count) for g in groups]
+        entries = inp.stages if entries_at is None else entries_at(s)
         blocks = tuple(
-            (block, sum(where(i, e.blocks[k][1], 0.0) for i, e in zip(inside, inp.stages)))
-            for k, (block, _) in enumerate(inp.stages[0].blocks)
+            (block, sum(where(i, e.blocks[k][1], 0.0) for i, e in zip(inside, entries)))
+            for k, (block, _) in enumerate(entries[0].blocks)
         )
         groups_s = dict(inp.gradient_groups)
         if "dense" in groups_s:

@@ -17,6 +17,7 @@ composes any mix of blocks.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -29,13 +30,15 @@ Num = Any
 
 
 def split_recompute_layers(
-    inp: StepInputs, kept_layer: BlockCost, layers_per_chunk: int, vpp: int
+    inp: StepInputs, kept_at: Callable[[int], BlockCost], layers_per_chunk: int, vpp: int
 ) -> StepInputs:
     """``inp`` (built with full recomputation) with each stage's n decoder layers split into
-    min(N·vpp, n) fully recomputed layers and n − that many ``kept_layer`` s (no recomputation); the
-    stages rebuilt by step.layout.with_stage_blocks."""
+    min(N·vpp, n) fully recomputed layers and n − that many kept layers, ``kept_at(stage index)`` (no
+    recomputation; a stage laid out on its own spans, step.placement, has its own); the stages rebuilt by
+    step.layout.with_stage_blocks."""
 
     def split(stage: Stage) -> tuple[tuple[BlockCost, Num], ...]:
+        kept_layer = kept_at(int(stage.index))
         blocks = []
         for block, n in stage.blocks:
             if block.kind not in COUNTED_RECOMPUTE_KINDS:

@@ -10,13 +10,11 @@ rank-0 spans of cost.comm.group_span). Otherwise (e.g. S = 3 on 8-GPU nodes: sta
 nodes) stages differ: a stage's data-parallel group spans the nodes its ranks sit on (cost.comm.placed_span) and
 a boundary crosses nodes when some replica's two GPUs do (``boundary_crosses``). ``placed_stage_inputs`` then
 lays the stages out one by one, each with its own links and gradient group, as the per-stage path
-(step.per_stage on step.stage_links) prices the same plan, and the step waits for the slowest stage. The tp and
-cp groups are priced on the plan's slowest (step.build.plan_spans, cost.group_spans.stage_group_spans: tp 3 on
-8-GPU nodes straddles at ranks 6-8) at every position, where the per-stage path prices each stage on its own
-slowest tp group (step.stage_links.tp_span): the two agree wherever every stage's slowest tp group sits alike (the
-stages tile the nodes, or tp divides the node); elsewhere every uniform stage gets the plan's slowest (the
-uniform path has no per-position block costs). The expert groups keep their closed-form spans (cost.moe.expert_span,
-expert_dp_span), which assume ep·etp divides the domain.
+(step.per_stage on step.stage_links) prices the same plan, and the step waits for the slowest stage. Each stage's
+tp and cp collectives run on its own ranks (``position_spans``, cost.group_spans.stage_spans: tp 3, pp 3 on 8-GPU
+nodes, only stage 2's tp group, ranks 6-8, straddles two), its blocks costed on them, as the per-stage path
+prices each stage on its own slowest tp group (step.stage_links.tp_span). The expert groups keep their closed-form
+spans (cost.moe.expert_span, expert_dp_span), which assume ep·etp divides the domain.
 """
 
 from __future__ import annotations
@@ -26,8 +24,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from paraplan.cost.comm import LinearCollective, placed_span
+from paraplan.cost.comm import GroupSpan, LinearCollective, placed_span
 from paraplan.cost.elementwise import is_array, maximum, minimum, where
+from paraplan.cost.group_spans import stage_group_spans, stage_spans
 from paraplan.specs.parallel import DEFAULT_PLACEMENT, ParallelDims
 from paraplan.specs.split import SplitGroup
 from paraplan.specs.system import SystemSpec
@@ -58,6 +57,16 @@ def stages_tile(stage_gpus: Num, domain: int, default_order: Num = True) -> Num:
 def plan_stages_tile(dims: ParallelDims, domain: int) -> bool:
     """``stages_tile`` of one plan's (or ParallelDims') degrees and placement order."""
     return bool(stages_tile(dims.stage_gpus, domain, dims.placement_order == DEFAULT_PLACEMENT))
+
+
+def position_spans(dims, system: SystemSpec, position: int) -> tuple[GroupSpan, GroupSpan] | None:
+    """The (tp span, cp span) of the stage at ``position`` of a default-order plan whose stages do not tile the
+    nodes (cost.group_spans.stage_spans), where they differ from the plan's (step.build.plan_spans: the slowest
+    stage's, cost.group_spans.stage_group_spans); None where they do not. Its tp and cp collectives run on its
+    own ranks, as the per-stage path prices them (step.stage_links.tp_span)."""
+    domain = system.node.gpus_per_domain
+    own = stage_spans(dims.tp, dims.cp, dims.dp, position, domain)
+    return None if own == stage_group_spans(dims.tp, dims.cp, dims.dp, dims.pp, domain) else own
 
 
 def boundary_crosses(a: Num, b: Num, stage_gpus: Num, tp: Num, domain: int) -> Num:
@@ -131,10 +140,12 @@ def placed_stage_inputs(
     system: SystemSpec,
     dims: StageDims,
     placed: Num = True,
+    entries_at=None,
 ) -> StepInputs:
     """``inp`` where ``placed`` (the candidates whose stages do not tile the nodes) laid out one stage per
-    position (step.layout.positioned_stages), each with its own point-to-point seconds (``placed_p2p_s``)
-    and its own dense gradient group (``placed_dense_group``)."""
+    position (step.layout.positioned_stages), each with its own point-to-point seconds (``placed_p2p_s``),
+    its own dense gradient group (``placed_dense_group``) and, with ``entries_at(position)``, its blocks
+    costed on its own tp and cp spans (``position_spans``)."""
     domain = system.node.gpus_per_domain
     return positioned_stages(
         inp,
@@ -143,4 +154,5 @@ def placed_stage_inputs(
         lambda s: placed_p2p_s(links, s, dims, inp.knobs.vpp, domain),
         lambda s: placed_dense_group(system, dims, s),
         placed,
+        entries_at,
     )
