@@ -327,6 +327,7 @@ def _reference_cost_facts(model, system, shape, tp_span, cp_span):
     from paraplan.graph.ops import (
         LayerGraph,
         largest_weight_params,
+        weight_stat_fields,
         weight_tensor_stats,
     )
     from paraplan.step.build import (
@@ -364,14 +365,7 @@ def _reference_cost_facts(model, system, shape, tp_span, cp_span):
             model,
             shape,
         )
-        tensors, _, small = weight_tensor_stats.__wrapped__(
-            graph,
-            model.has_bias,
-            model.has_qkv_bias,
-            model.norm == "layernorm",
-            model.learned_positions,
-            model.hidden,
-        )
+        tensors, _, small = weight_tensor_stats.__wrapped__(graph, *weight_stat_fields(model))
         out[name] = BlockCostFacts(
             block_compute.__wrapped__(graph, system, shape.dtype),
             comm,

@@ -14,6 +14,7 @@ from paraplan.graph.ops import (
     Op,
     _with_recompute_flag,
     largest_weight_params,
+    weight_stat_fields,
     weight_tensor_stats,
 )
 from paraplan.graph.transformer import LayerShape, with_expert
@@ -25,19 +26,11 @@ def test_weight_tensor_stats_equal_the_separate_walks(name):
     """One walk gives the count, the small tensors and the largest tensor, the last equal to
     largest_weight_params's own walk bit for bit."""
     model = load_model(name)
-    layernorm = model.norm == "layernorm"
     for tp, expert in ((1, ExpertShape()), (4, ExpertShape(ep=8, etp=2))):
         shape = LayerShape(tp, 1, 1, 2048, tp > 1, "flash", "bf16", expert=expert)
         for kind in model_block_kinds(model):
             graph = BLOCK_KINDS[kind].graph(model, shape)
-            stats = weight_tensor_stats(
-                graph,
-                model.has_bias,
-                model.has_qkv_bias,
-                layernorm,
-                model.learned_positions,
-                model.hidden,
-            )
+            stats = weight_tensor_stats(graph, *weight_stat_fields(model))
             count, largest, small = stats
             assert largest == largest_weight_params(graph)  # its own walk over the weight GEMMs
             assert count >= len(small) and all(x < DS_PERSISTENCE_THRESHOLD for x in small)

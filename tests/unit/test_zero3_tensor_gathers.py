@@ -9,7 +9,7 @@ from paraplan.catalog import load_framework, load_model, load_system
 from paraplan.step.estimate import estimate
 from paraplan.export import export_plan
 from paraplan.cost.frameworks import framework_plan_fields
-from paraplan.graph.ops import weight_tensor_stats
+from paraplan.graph.ops import weight_stat_fields, weight_tensor_stats
 from paraplan.graph.params import parameter_counts
 from paraplan.graph.transformer import LayerShape
 from paraplan.specs.errors import InputError
@@ -20,14 +20,7 @@ from paraplan.step.build import BLOCK_KINDS
 def _tensors(model_name: str, kind: str) -> float:
     model = load_model(model_name)
     graph = BLOCK_KINDS[kind].graph(model, LayerShape(1, 1, 1, 2048, False, "flash", "bf16"))
-    return weight_tensor_stats(
-        graph,
-        model.has_bias,
-        model.has_qkv_bias,
-        model.norm == "layernorm",
-        model.learned_positions,
-        model.hidden,
-    )[0]
+    return weight_tensor_stats(graph, *weight_stat_fields(model))[0]
 
 
 def test_weight_tensors_of_a_gpt_and_a_llama_layer():
@@ -87,16 +80,7 @@ def test_persistent_tensors_are_the_biases_and_norms():
     def small(name: str, kind: str) -> list[float]:
         model = load_model(name)
         graph = BLOCK_KINDS[kind].graph(model, LayerShape(1, 1, 1, 2048, False, "flash", "bf16"))
-        return sorted(
-            weight_tensor_stats(
-                graph,
-                model.has_bias,
-                model.has_qkv_bias,
-                model.norm == "layernorm",
-                model.learned_positions,
-                model.hidden,
-            )[2]
-        )
+        return sorted(weight_tensor_stats(graph, *weight_stat_fields(model))[2])
 
     h = 12288.0
     assert small("gpt3-175b", "decoder") == sorted([3 * h, h, 4 * h, h] + [h] * 4)

@@ -252,6 +252,19 @@ def largest_weight_params(graph: LayerGraph) -> float:
 DS_PERSISTENCE_THRESHOLD = 1e5
 
 
+def weight_stat_fields(width) -> tuple[bool, bool, bool, bool, int]:
+    """The model fields ``weight_tensor_stats`` reads after the graph, in its argument order, from a model (or a
+    per-stage block's width, graph.encoder): (has_bias, has_qkv_bias, norm is LayerNorm, learned_positions,
+    hidden)."""
+    return (
+        width.has_bias,
+        width.has_qkv_bias,
+        width.norm == "layernorm",
+        width.learned_positions,
+        width.hidden,
+    )
+
+
 @lru_cache(maxsize=65536)  # graphs hash by identity: one walk per graph and model
 def weight_tensor_stats(
     graph: LayerGraph,

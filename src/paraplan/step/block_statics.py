@@ -8,7 +8,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from paraplan.graph.moe import NO_EXPERT, moe_shaped, ops_expert_knobs, without_a2a_overlap
-from paraplan.graph.ops import weight_tensor_stats
+from paraplan.graph.ops import weight_stat_fields, weight_tensor_stats
 from paraplan.graph.transformer import LayerShape, with_expert
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.system import SystemSpec
@@ -61,14 +61,7 @@ def _weight_stats(model: ModelSpec, name: str, shape: LayerShape) -> tuple:
     graph = BLOCK_KINDS[name].graph(
         model, shape
     )  # the builders are cached: the same graph as the caller's
-    return weight_tensor_stats(
-        graph,
-        model.has_bias,
-        model.has_qkv_bias,
-        model.norm == "layernorm",
-        model.learned_positions,
-        model.hidden,
-    )
+    return weight_tensor_stats(graph, *weight_stat_fields(model))
 
 
 @lru_cache(maxsize=65536)

@@ -14,7 +14,12 @@ import numpy as np
 
 from paraplan.cost.async_tp import with_async_tp_exposure
 from paraplan.cost.comm import GroupSpan
-from paraplan.graph.ops import POLICY_MODULES, RECOMPUTE_MODULE_OPS, weight_tensor_stats
+from paraplan.graph.ops import (
+    POLICY_MODULES,
+    RECOMPUTE_MODULE_OPS,
+    weight_stat_fields,
+    weight_tensor_stats,
+)
 from paraplan.graph.transformer import LayerShape
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.rules import recompute_modules_rule
@@ -62,9 +67,7 @@ def _block_facts(
     engine's activation_memory_factor)."""
     graph = block_graph(model, ref, shape)
     w = ref.width
-    tensors, largest, small = weight_tensor_stats(
-        graph, w.has_bias, w.has_qkv_bias, w.norm == "layernorm", w.learned_positions, w.hidden
-    )
+    tensors, largest, small = weight_tensor_stats(graph, *weight_stat_fields(w))
     if head_params is not None:  # the output block beside the input block: the tied table once
         tensors = tensors - head_tensors_shared_with_embedding(w)
     kept, held, buffer = block_memory(model, ref, shape, recompute)
