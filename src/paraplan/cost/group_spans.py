@@ -56,6 +56,14 @@ def stage_spans(
     )
 
 
+def stage_dense_span(tp: int, members: int, position: int, domain: int) -> GroupSpan:
+    """The dense gradient group of the stage at ``position`` of a default-order plan: its ``members`` = cp·dp
+    ranks tp apart from its first rank position·S (S = tp·cp·dp), on their own span (cost.comm.placed_span: tp 6 · dp 4 puts
+    ranks 0, 6 | 12 | 18 on three 8-GPU domains). Read by step.build.plan_spans (stage 0) and
+    step.placement.placed_dense_group (each stage of a plan whose stages do not tile the domains)."""
+    return placed_span(position * tp * members, members, tp, domain)
+
+
 @lru_cache(maxsize=4096)
 def stage_group_spans(
     tp: int, cp: int, dp: int, pp: int, domain: int

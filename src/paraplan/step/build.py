@@ -27,10 +27,9 @@ from paraplan.cost.comm import (
     collective_costs_s,
     group_span,
     linear_collective,
-    placed_span,
     placement_strides,
 )
-from paraplan.cost.group_spans import stage_group_spans
+from paraplan.cost.group_spans import stage_dense_span, stage_group_spans
 from paraplan.cost.elementwise import logical_and, where
 from paraplan.cost.moe import expert_dp_span, moe_collective_time_and_price_s
 from paraplan.cost.summa import with_summa_exposure
@@ -173,7 +172,7 @@ def plan_spans(degrees, system: SystemSpec) -> dict[str, GroupSpan]:
     (cost.comm.group_span), but where the groups sit as in the default order (``places_as_default``) the tp
     and cp groups' are the slowest of the plan's (cost.group_spans.stage_group_spans: a tp of 3 on 8-GPU
     domains straddles a boundary at ranks 6-8) and the dense gradient group's stage 0's on its own ranks
-    (cost.comm.placed_span: tp 6 · dp 4 puts ranks 0, 6 | 12 | 18 on three domains), as the per-stage path
+    (cost.group_spans.stage_dense_span: tp 6 · dp 4 puts ranks 0, 6 | 12 | 18 on three domains), as the per-stage path
     prices them."""
     strides = placement_strides(degrees)
     spans = {
@@ -183,7 +182,7 @@ def plan_spans(degrees, system: SystemSpec) -> dict[str, GroupSpan]:
         domain = system.node.gpus_per_domain
         tp, cp, dp = degrees.tp, degrees.cp, degrees.dp
         spans["tp"], spans["cp"] = stage_group_spans(tp, cp, dp, degrees.pp, domain)
-        spans["dense"] = placed_span(0, cp * dp, tp, domain)  # step.placement.placed_dense_group's
+        spans["dense"] = stage_dense_span(tp, cp * dp, 0, domain)
     if "expert" in GRADIENT_GROUPS:
         spans["expert"] = expert_dp_span(degrees, system)
     return spans

@@ -24,9 +24,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from paraplan.cost.comm import GroupSpan, LinearCollective, placed_span
+from paraplan.cost.comm import GroupSpan, LinearCollective
 from paraplan.cost.elementwise import is_array, maximum, minimum, where
-from paraplan.cost.group_spans import stage_group_spans, stage_spans
+from paraplan.cost.group_spans import stage_dense_span, stage_group_spans, stage_spans
 from paraplan.specs.parallel import DEFAULT_PLACEMENT, ParallelDims
 from paraplan.specs.split import SplitGroup
 from paraplan.specs.system import SystemSpec
@@ -117,17 +117,16 @@ def _stacked(groups: list[GradientGroup], which: np.ndarray) -> GradientGroup:
 
 def placed_dense_group(system: SystemSpec, dims: StageDims, position: int) -> GradientGroup:
     """The dense gradient group of the stage at ``position``: its cp·dp ranks tp apart from its first rank
-    position·S, on their own span (cost.comm.placed_span), as step.build.gradient_group prices a span."""
+    position·S, on their own span (cost.group_spans.stage_dense_span), as step.build.gradient_group prices a span."""
     domain = system.node.gpus_per_domain
     members, stride = dims.cp * dims.dp, dims.tp
     if not is_array(members):
-        first = position * stride * members
-        return gradient_group(system, placed_span(int(first), int(members), int(stride), domain))
+        return gradient_group(system, stage_dense_span(int(stride), int(members), position, domain))
     members, stride = np.broadcast_arrays(members, stride)
     keys = np.stack([members.reshape(-1), stride.reshape(-1)], axis=1).astype(np.int64)
     distinct, which = np.unique(keys, axis=0, return_inverse=True)
     groups = [
-        gradient_group(system, placed_span(position * int(t) * int(n), int(n), int(t), domain))
+        gradient_group(system, stage_dense_span(int(t), int(n), position, domain))
         for n, t in distinct.tolist()
     ]
     return _stacked(groups, which.reshape(members.shape))
