@@ -11,33 +11,7 @@ import yaml
 from paraplan.cli import main
 from paraplan.validate.amp_import import convert
 from paraplan.validate.hetero import bundled_hetero_files, load_hetero_cases, run_hetero_cases
-
-MIXED = {
-    "name": "mixed",
-    "pools": [
-        {"name": "v100", "system": "aws-p3.8xlarge", "nodes": 1},
-        {"name": "t4", "system": "aws-g4dn.12xlarge", "nodes": 1},
-    ],
-}
-MODEL = {
-    "layers": 4,
-    "hidden": 512,
-    "heads": 8,
-    "ffn_hidden": 2048,
-    "vocab": 8000,
-    "max_position": 512,
-}
-PLAN = {
-    "global_batch": 8,
-    "seq_length": 512,
-    "microbatches": 2,
-    "dtype": "fp16",
-    "attention": "unfused",
-    "stages": [
-        {"pool": "v100", "gpus": 4, "layers": 3},
-        {"pool": "t4", "gpus": 4, "layers": 1, "recompute": "full"},
-    ],
-}
+from tests.hetero.mixed_cluster import MIXED, MODEL, PLAN
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:

@@ -20,33 +20,8 @@ from paraplan.specs.stage_plan import stage_plan_from_dict
 from paraplan.step.per_stage import estimate_stage_plan
 from paraplan.step.result import Estimate
 from paraplan.step.stage_totals import stage_plan_fields
+from tests.hetero.mixed_cluster import MIXED, MODEL, PLAN
 
-MIXED = {
-    "name": "mixed",
-    "pools": [
-        {"name": "v100", "system": "aws-p3.8xlarge", "nodes": 1},
-        {"name": "t4", "system": "aws-g4dn.12xlarge", "nodes": 1},
-    ],
-}
-MODEL = {
-    "layers": 4,
-    "hidden": 512,
-    "heads": 8,
-    "ffn_hidden": 2048,
-    "vocab": 8000,
-    "max_position": 512,
-}
-PLAN = {
-    "global_batch": 8,
-    "seq_length": 512,
-    "microbatches": 2,
-    "dtype": "fp16",
-    "attention": "unfused",
-    "stages": [
-        {"pool": "v100", "gpus": 4, "layers": 3},
-        {"pool": "t4", "gpus": 4, "layers": 1, "recompute": "full"},
-    ],
-}
 OLD_JSON_KEYS = {"step_time_s", "tokens_per_s", "fits", "problems", "gpus", "breakdown", "stages"}
 ADDED_JSON_KEYS = {
     "model",
