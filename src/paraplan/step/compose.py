@@ -305,14 +305,15 @@ def _tails(inp: StepInputs, pipe: dict) -> tuple[list, Num, list]:
     stages, works, totals, m = inp.stages, pipe["works"], pipe["totals"], inp.microbatches
     busy = m * _pick(pipe["slowest"], [t - w["pp"] for w, t in zip(works, totals)])
     slack = drain_slack_s(inp, works, totals, _pick(pipe["slowest"], totals))
+    absent = [absent_everywhere(s) for s in stages]
     # an entry absent from every candidate after the first never attains the max (compose_parts: ``_at_max``)
     tails = [
-        None if i and absent_everywhere(s) else tail_terms(s.inputs or inp, s, w, d)
-        for i, (s, w, d) in enumerate(zip(stages, works, slack))
+        None if i and gone else tail_terms(s.inputs or inp, s, w, d)
+        for i, (s, w, d, gone) in enumerate(zip(stages, works, slack, absent))
     ]
     streamed = 0.0
-    for s in stages:
-        if absent_everywhere(s):
+    for s, gone in zip(stages, absent):
+        if gone:
             # the where below gives 0.0 for every candidate: its traffic unread
             streamed = maximum(streamed, 0.0)
             continue
@@ -334,10 +335,14 @@ def _tails(inp: StepInputs, pipe: dict) -> tuple[list, Num, list]:
         )
     # streaming (PCIe) and the DP sync (NIC / NVLink) use different links, so they hide behind the
     # same compute and each other: only what outlasts the DP exposure shows
-    after = [
-        None if t is None else t[0] + t[1] + t[2] + maximum(0.0, streamed - t[0]) for t in tails
-    ]
+    after = [None if t is None else _after_last_backward(*t, streamed) for t in tails]
     return tails, streamed, after
+
+
+def _after_last_backward(dp: Num, opt: Num, off: Num, streamed: Num) -> Num:
+    """What a stage entry adds after its last backward: exposed DP + optimizer + offload + the streaming that
+    outlasts the DP exposure (``_tails``)."""
+    return dp + opt + off + maximum(0.0, streamed - dp)
 
 
 def compose_parts(inp: StepInputs) -> tuple[dict[str, Num], list[dict[str, Num]], list[Num]]:
