@@ -158,8 +158,31 @@ def _command(name: str | None = None):
     options (--version, --width, --help) are the same."""
     _register(name)
     command = typer.main.get_command(_app_with(name))
+    _absent_options_uncoerced(command)
     _require_finite_numbers(command)
     return command
+
+
+def _absent_options_uncoerced(command) -> None:
+    """An option left out (None) is processed without typer's coercion, which gives None for None
+    whatever the type: typer first builds the option's pydantic TypeAdapter, and the first one
+    loads pydantic and its plugins' metadata (~0.1 s of ``paraplan estimate --help``, whose group
+    options ``--width``, ``--help`` and the completion ones are processed before the help; issue
+    31). Its callback still runs; options that are required or take several values keep typer's
+    path."""
+    help_option = command.get_help_option(typer.Context(command))
+    for param in (*command.params, *([help_option] if help_option is not None else [])):
+        if param.multiple or param.nargs != 1 or param.required:
+            continue
+
+        def process_value(ctx, value, _process=param.process_value, _param=param):
+            if value is not None:
+                return _process(ctx, value)
+            return None if _param.callback is None else _param.callback(ctx, _param, None)
+
+        param.process_value = process_value
+    for sub in getattr(command, "commands", {}).values():
+        _absent_options_uncoerced(sub)
 
 
 def _app_with(name: str | None) -> typer.Typer:
