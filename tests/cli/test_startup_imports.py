@@ -121,3 +121,26 @@ def test_every_command_is_named_with_its_module():
     }
     commands.update({g.name: "paraplan.cli.import_cmd" for g in cli_main.app.registered_groups})
     assert {k: f"paraplan.cli.{v}" for k, v in cli_main.COMMAND_MODULES.items()} == commands
+
+
+def test_a_command_collects_every_collect_after_allocations_and_restores_the_thresholds(
+    monkeypatch,
+):
+    # start-up allocates ~100k long-lived objects: main runs the command with the young generation at COLLECT_AFTER
+    # (no collection at start-up, issue 31), and gives its caller's thresholds back, on an error too
+    import gc
+    import importlib
+
+    cli_main = importlib.import_module("paraplan.cli.main")
+    seen = []
+
+    def command(args):
+        seen.append(gc.get_threshold())
+        raise SystemExit(2)
+
+    monkeypatch.setattr(cli_main, "_main", command)
+    before = gc.get_threshold()
+    with pytest.raises(SystemExit):
+        cli_main.main(["models"])
+    assert seen == [(cli_main.COLLECT_AFTER, *before[1:])]
+    assert gc.get_threshold() == before
