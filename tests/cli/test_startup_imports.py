@@ -41,17 +41,20 @@ def test_help_imports_no_numpy(args):
     assert _loaded(*args) == []
 
 
-def test_help_loads_no_pydantic_model():
+@pytest.mark.parametrize("args", [("--help",), ("estimate", "--help"), ("search", "--help")])
+def test_help_loads_no_pydantic_model(args):
     # `paraplan --help` loads pydantic neither (issue 31: the plan's choices come from specs.choices, the framework
-    # names from the catalog's folder, specs' names load on first use); a command's own help may (typer's adapters)
+    # names from the catalog's folder, specs' names load on first use); nor does a command's own help (the group's
+    # options left out are not coerced through typer's pydantic adapters: cli.main._absent_options_uncoerced)
     proc = subprocess.run(
-        [sys.executable, "-c", _RUNNER.replace("{heavy!r}", "list(sys.modules)"), "--help"],
+        [sys.executable, "-c", _RUNNER.replace("{heavy!r}", "list(sys.modules)"), *args],
         capture_output=True,
         text=True,
         check=True,
     )
     loaded = [x for x in proc.stderr.splitlines() if x.startswith("LOADED:")][-1].split()[1:]
-    assert "paraplan.cli.search_cmd" in loaded  # every command registered
+    command = "search" if args[0] == "--help" else args[0]  # --help alone registers every command
+    assert f"paraplan.cli.{command}_cmd" in loaded
     assert [m for m in loaded if m.split(".")[0] in ("pydantic", "pydantic_core")] == []
     assert [m for m in loaded if m in ("paraplan.specs.model", "paraplan.catalog")] == []
 
@@ -118,3 +121,26 @@ def test_every_command_is_named_with_its_module():
     }
     commands.update({g.name: "paraplan.cli.import_cmd" for g in cli_main.app.registered_groups})
     assert {k: f"paraplan.cli.{v}" for k, v in cli_main.COMMAND_MODULES.items()} == commands
+
+
+def test_a_command_collects_every_collect_after_allocations_and_restores_the_thresholds(
+    monkeypatch,
+):
+    # start-up allocates ~100k long-lived objects: main runs the command with the young generation at COLLECT_AFTER
+    # (no collection at start-up, issue 31), and gives its caller's thresholds back, on an error too
+    import gc
+    import importlib
+
+    cli_main = importlib.import_module("paraplan.cli.main")
+    seen = []
+
+    def command(args):
+        seen.append(gc.get_threshold())
+        raise SystemExit(2)
+
+    monkeypatch.setattr(cli_main, "_main", command)
+    before = gc.get_threshold()
+    with pytest.raises(SystemExit):
+        cli_main.main(["models"])
+    assert seen == [(cli_main.COLLECT_AFTER, *before[1:])]
+    assert gc.get_threshold() == before

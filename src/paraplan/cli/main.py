@@ -13,6 +13,7 @@ import atexit
 import copy
 import errno
 import functools
+import gc
 import importlib
 import math
 import os
@@ -23,6 +24,9 @@ import threading
 # a command does no multi-threaded linear algebra: the OpenBLAS thread pool numpy starts when it loads costs
 # ~0.04 s of CPU per process for nothing (issue 31); a value the user set wins
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+# nor do its specs take pydantic plugins (third-party validation hooks, found by scanning every installed
+# distribution's entry points when the first model is built: ~6 ms; typer turns them off for its own adapters)
+os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
 
 import typer  # noqa: E402
 
@@ -158,8 +162,31 @@ def _command(name: str | None = None):
     options (--version, --width, --help) are the same."""
     _register(name)
     command = typer.main.get_command(_app_with(name))
+    _absent_options_uncoerced(command)
     _require_finite_numbers(command)
     return command
+
+
+def _absent_options_uncoerced(command) -> None:
+    """An option left out (None) is processed without typer's coercion, which gives None for None
+    whatever the type: typer first builds the option's pydantic TypeAdapter, and the first one
+    loads pydantic and its plugins' metadata (~0.1 s of ``paraplan estimate --help``, whose group
+    options ``--width``, ``--help`` and the completion ones are processed before the help; issue
+    31). Its callback still runs; options that are required or take several values keep typer's
+    path."""
+    help_option = command.get_help_option(typer.Context(command))
+    for param in (*command.params, *([help_option] if help_option is not None else [])):
+        if param.multiple or param.nargs != 1 or param.required:
+            continue
+
+        def process_value(ctx, value, _process=param.process_value, _param=param):
+            if value is not None:
+                return _process(ctx, value)
+            return None if _param.callback is None else _param.callback(ctx, _param, None)
+
+        param.process_value = process_value
+    for sub in getattr(command, "commands", {}).values():
+        _absent_options_uncoerced(sub)
 
 
 def _app_with(name: str | None) -> typer.Typer:
@@ -225,9 +252,25 @@ def _validation_error() -> type[Exception]:
     return _NoValidationError if core is None else core.ValidationError
 
 
+# A command collects cyclic garbage once this many objects have been allocated (CPython's default, 700, made
+# start-up walk the ~100k objects of its imports, typer's commands and the catalog ~90 times, once in a full
+# collection: ~50 ms of CPU of a search's ~0.45 s start-up, issue 31). Start-up now triggers no collection; a
+# long command (validate, sweep, serve) still collects, at most this many allocations late.
+COLLECT_AFTER = 100_000
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Console entry point: run ``app``; input errors -> one stderr line and exit 2."""
-    args = list(sys.argv[1:] if argv is None else argv)
+    """Console entry point: run ``app``; input errors -> one stderr line and exit 2. The cyclic collector runs
+    every COLLECT_AFTER allocations meanwhile; the caller's thresholds are back after."""
+    thresholds = gc.get_threshold()
+    gc.set_threshold(COLLECT_AFTER, *thresholds[1:])
+    try:
+        _main(list(sys.argv[1:] if argv is None else argv))
+    finally:
+        gc.set_threshold(*thresholds)
+
+
+def _main(args: list[str]) -> None:
     command = _command(args[0] if args else None)
     try:
         _refuse_repeated_options(command, args)

@@ -25,17 +25,21 @@ The profile sets what differs by implementation and nothing else:
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from paraplan.cost.attention import converted_attention_fraction, effective_kernel
 from paraplan.cost.memory import PRECISION_AWARE_STATES, precision_aware_step_bytes
 from paraplan.cost.runtimes import runtime_costs
-from paraplan.specs.cluster import ClusterSpec
 from paraplan.specs.fields import with_fields
 from paraplan.specs.framework import FrameworkSpec
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.plan import RUNTIME_FIELDS, runtime_of
 from paraplan.specs.system import AcceleratorSpec, EagerFields, HostFields, SystemSpec
+
+if (
+    TYPE_CHECKING
+):  # the cluster specs load with a cluster (issue 31: a uniform plan's start-up needs none)
+    from paraplan.specs.cluster import ClusterSpec
 
 PLAN_DEFAULTS = (
     "attention",
@@ -142,6 +146,8 @@ def cluster_specs(
 ) -> tuple[ModelSpec | None, ClusterSpec]:
     """(model, cluster) a per-stage plan is priced on: every pool's system built as run_specs builds a
     uniform plan's (the profile, then ``overrides``, the ``--set`` values, on each pool alike)."""
+    from paraplan.specs.cluster import ClusterSpec
+
     pools = []
     for pool in cluster.pools:
         model_of_pool, system = run_specs(model, pool.system, profile, overrides)

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import sys
+from typing import TYPE_CHECKING
+
 from paraplan.specs.parallel import DEFAULT_PLACEMENT_LABEL
 from paraplan.specs.plan import PlanSpec
 from paraplan.specs.recompute import mode_of, recompute_label
-from paraplan.specs.stage_plan import StagePlanSpec
 from paraplan.specs.tp_layout import grid_shape
+
+if TYPE_CHECKING:
+    from paraplan.specs.stage_plan import StagePlanSpec
 
 
 def plan_label(plan: PlanSpec) -> str:
@@ -87,8 +92,13 @@ def stage_plan_label(plan: StagePlanSpec) -> str:
 def plan_text(plan: PlanSpec | StagePlanSpec | dict) -> str:
     """plan_label of a PlanSpec or of a plan dict (validated as a PlanSpec); stage_plan_label of a
     StagePlanSpec or of a dict with a ``stages`` list or tuple (a per-stage plan's dump)."""
-    if isinstance(plan, StagePlanSpec):
+    # a per-stage plan exists only once its module is loaded: the uniform paths (every estimate, table and
+    # search result names its plan here) load neither it nor the cluster specs (issue 31's start-up)
+    stage_plans = sys.modules.get("paraplan.specs.stage_plan")
+    if stage_plans is not None and isinstance(plan, stage_plans.StagePlanSpec):
         return stage_plan_label(plan)
     if isinstance(plan, dict) and isinstance(plan.get("stages"), (list, tuple)):
+        from paraplan.specs.stage_plan import StagePlanSpec
+
         return stage_plan_label(StagePlanSpec.model_validate(plan))
     return plan_label(plan if isinstance(plan, PlanSpec) else PlanSpec.model_validate(plan))

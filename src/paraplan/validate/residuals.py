@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Sequence
+import os
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
@@ -83,22 +84,33 @@ class Residual:
 
 def package_fingerprint() -> str:
     """SHA-256 over the relative path and bytes of every code and data file of the package but the store itself:
-    the same on an editable and a wheel install of one source tree (~15 ms)."""
+    the same on an editable and a wheel install of one source tree. Files in the order of their paths' parts
+    (``sorted`` Paths), read with os.scandir and open: ~10 ms (``Path.rglob`` and ``read_bytes`` cost ~20 ms more
+    of every process that prints an error band, issue 31)."""
     digest = hashlib.sha256()
-    files = sorted(
-        p
-        for p in PACKAGE_ROOT.rglob("*")
-        if p.suffix in FINGERPRINTED_SUFFIXES
-        and p.is_file()
-        and p != STORE
-        and "__pycache__" not in p.parts
-    )
-    for path in files:
-        digest.update(path.relative_to(PACKAGE_ROOT).as_posix().encode())
+    store = os.fspath(STORE)
+    for parts in sorted(_code_and_data_files(os.fspath(PACKAGE_ROOT), ())):
+        path = os.path.join(PACKAGE_ROOT, *parts)
+        if path == store:
+            continue
+        digest.update("/".join(parts).encode())
         digest.update(b"\0")
-        digest.update(path.read_bytes())
+        with open(path, "rb") as file:
+            digest.update(file.read())
         digest.update(b"\0")
     return digest.hexdigest()
+
+
+def _code_and_data_files(folder: str, parts: tuple[str, ...]) -> Iterator[tuple[str, ...]]:
+    """The relative parts of the files (or links to files) under ``folder`` with a FINGERPRINTED_SUFFIXES suffix,
+    outside __pycache__; links to folders are not followed (as ``Path.rglob``)."""
+    with os.scandir(folder) as entries:
+        for entry in entries:
+            if entry.is_dir() and not entry.is_symlink():
+                if entry.name != "__pycache__":
+                    yield from _code_and_data_files(entry.path, (*parts, entry.name))
+            elif os.path.splitext(entry.name)[1] in FINGERPRINTED_SUFFIXES and entry.is_file():
+                yield (*parts, entry.name)
 
 
 def residual_records(
