@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
@@ -85,20 +86,34 @@ def package_fingerprint() -> str:
     """SHA-256 over the relative path and bytes of every code and data file of the package but the store itself:
     the same on an editable and a wheel install of one source tree (~15 ms)."""
     digest = hashlib.sha256()
-    files = sorted(
-        p
-        for p in PACKAGE_ROOT.rglob("*")
-        if p.suffix in FINGERPRINTED_SUFFIXES
-        and p.is_file()
-        and p != STORE
-        and "__pycache__" not in p.parts
-    )
-    for path in files:
-        digest.update(path.relative_to(PACKAGE_ROOT).as_posix().encode())
+    root = str(PACKAGE_ROOT)
+    for parts in sorted(_fingerprinted(root, ())):  # pathlib's order: parts compared one by one
+        digest.update("/".join(parts).encode())
         digest.update(b"\0")
-        digest.update(path.read_bytes())
+        with open(os.path.join(root, *parts), "rb") as file:
+            digest.update(file.read())
         digest.update(b"\0")
     return digest.hexdigest()
+
+
+def _fingerprinted(folder: str, parts: tuple[str, ...]) -> list[tuple[str, ...]]:
+    """The relative parts of the files ``package_fingerprint`` reads under ``folder`` (``parts`` below the package
+    root): those of FINGERPRINTED_SUFFIXES but the store, outside ``__pycache__``, walked as ``Path.rglob`` walks
+    (no symbolic link to a folder followed; a link to a file read), by os.scandir (~2x faster than rglob)."""
+    out = []
+    with os.scandir(folder) as entries:
+        for entry in entries:
+            name = entry.name
+            if entry.is_dir() and not entry.is_symlink():
+                if name != "__pycache__":
+                    out += _fingerprinted(entry.path, (*parts, name))
+            elif (
+                os.path.splitext(name)[1] in FINGERPRINTED_SUFFIXES
+                and entry.is_file()
+                and entry.path != str(STORE)
+            ):
+                out.append((*parts, name))
+    return out
 
 
 def residual_records(
