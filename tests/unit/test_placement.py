@@ -42,6 +42,30 @@ def test_placed_span_by_hand(first, members, stride, span):
     assert placed_span(first, members, stride, D) == GroupSpan(*span)
 
 
+def test_placed_span_counts_each_domain_as_rank_by_rank():
+    """placed_span counts a domain's members in closed form (issue 31: a 16,384-GPU dense group in one pass per
+    domain, not per rank): the same span as the ranks placed one by one, over strides below, at and above D."""
+    for domain in (1, 3, 4, 8, 72):
+        for first in range(0, 3 * domain + 2):
+            for members in range(1, 30):
+                for stride in range(1, 2 * domain + 3):
+                    counts: dict[int, int] = {}
+                    for k in range(members):
+                        node = (first + k * stride) // domain
+                        counts[node] = counts.get(node, 0) + 1
+                    expected = span_of_domains(counts.values())
+                    assert placed_span(first, members, stride, domain) == expected
+
+
+def test_placed_span_of_a_large_group_by_hand():
+    # ranks 5..16,388 on 8-GPU domains: 3 on domain 0, 8 on each of 2,047, 5 on the last (2,049 domains)
+    assert placed_span(5, 16384, 1, 8) == GroupSpan(16384, 8, 2049)
+    # stride 8 on 8-GPU domains: one member per domain
+    assert placed_span(3, 100, 8, 8) == GroupSpan(100, 1, 100)
+    # stride 3: ranks 0, 3, 6 | 9, 12, 15 | 18, 21 | 24 ...
+    assert placed_span(0, 9, 3, 8) == GroupSpan(9, 3, 4)
+
+
 @pytest.mark.parametrize("tp", [1, 2, 4, 8])
 @pytest.mark.parametrize("dp", [1, 2, 4, 8, 16])
 def test_placed_span_is_group_span_where_stages_tile(tp, dp):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from dataclasses import replace
@@ -138,6 +139,47 @@ def test_the_fingerprint_digests_the_files_in_path_order(tmp_path, monkeypatch):
             path.relative_to(tree).as_posix().encode() + b"\0" + path.read_bytes() + b"\0"
         )
     assert store.package_fingerprint() == digest.hexdigest()
+
+def _rglob_fingerprint(root, store_path) -> str:
+    """The fingerprint as pathlib states it: every file of the suffixes under ``root`` by ``rglob``, sorted as
+    paths, but the store and ``__pycache__``, its relative path and bytes hashed."""
+    digest = hashlib.sha256()
+    files = sorted(
+        p
+        for p in root.rglob("*")
+        if p.suffix in store.FINGERPRINTED_SUFFIXES
+        and p.is_file()
+        and p != store_path
+        and "__pycache__" not in p.parts
+    )
+    for path in files:
+        for chunk in (path.relative_to(root).as_posix().encode(), path.read_bytes()):
+            digest.update(chunk)
+            digest.update(b"\0")
+    return digest.hexdigest()
+
+
+def test_the_fingerprint_walk_is_rglobs(tmp_path, monkeypatch):
+    """package_fingerprint walks the tree with os.scandir (issue 31: ~2x faster than rglob): the same files in
+    the same order as Path.rglob and sorted paths, on a tree with names that sort differently as strings and as
+    parts ("a/b.py" before "a-c.py"), hidden files, a folder with a suffix, links and a __pycache__."""
+    tree = tmp_path / "paraplan"
+    shutil.copytree(store.PACKAGE_ROOT / "validate", tree / "validate")
+    (tree / "a").mkdir()
+    (tree / "a" / "b.py").write_text("b")
+    (tree / "a-c.py").write_text("c")
+    (tree / "a.py").write_text("a")
+    (tree / ".hidden.yaml").write_text("h")
+    (tree / ".json").write_text("j")
+    (tree / "folder.py").mkdir()
+    (tree / "folder.py" / "in.json").write_text("{}")
+    (tree / "validate" / "__pycache__").mkdir(exist_ok=True)
+    (tree / "validate" / "__pycache__" / "q.py").write_text("q")
+    (tree / "linked").symlink_to(tree / "a")
+    (tree / "link.py").symlink_to(tree / "a-c.py")
+    monkeypatch.setattr(store, "PACKAGE_ROOT", tree)
+    monkeypatch.setattr(store, "STORE", tree / "validate" / "residuals.json")
+    assert store.package_fingerprint() == _rglob_fingerprint(tree, store.STORE)
 
 
 def test_the_band_reads_the_package_residuals_by_default():

@@ -109,11 +109,26 @@ def placed_span(first: int, members: int, stride: int, domain: int) -> GroupSpan
     group is its tp-rank-0 ranks s·S + k·tp (Megatron-Core parallel_state.RankGenerator, order
     "tp-cp-ep-dp-pp", tp fastest: NVIDIA/Megatron-LM at 00caa53a megatron/core/parallel_state.py
     generate_masked_orthogonal_rank_groups), so a stage that straddles a node boundary spans two."""
+    if members < 1 or stride < 1:
+        return span_of_domains(_members_per_domain(first, members, stride, domain))
+    if stride >= domain:  # consecutive members differ by >= D ranks: one on each domain
+        return GroupSpan(members, 1, members)
+    # per domain n from rank first's to rank last's, the k with low <= first + k·stride <= high (its ranks in
+    # [first, last]): ⌊(high − first)/stride⌋ − ⌈(low − first)/stride⌉ + 1, in integers
+    last = first + (members - 1) * stride
+    starts = np.arange(first // domain, last // domain + 1, dtype=np.int64) * domain
+    low, high = np.maximum(starts, first), np.minimum(starts + (domain - 1), last)
+    counts = (high - first) // stride + (first - low) // stride + 1
+    return span_of_domains(counts[counts > 0].tolist())
+
+
+def _members_per_domain(first: int, members: int, stride: int, domain: int):
+    """The members of the group of ``placed_span`` on each domain it touches, counted one rank at a time."""
     counts: dict[int, int] = {}
     for k in range(members):
         node = (first + k * stride) // domain
         counts[node] = counts.get(node, 0) + 1
-    return span_of_domains(counts.values())
+    return counts.values()
 
 
 def _bandwidths(system: SystemSpec, peers: int = 1) -> tuple[float, float]:

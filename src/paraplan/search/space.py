@@ -257,26 +257,32 @@ class SearchProblem(GridAxes):
         self, tp: int, pp: int, cp: int, dp: int
     ) -> list[tuple[str, dict[str, GroupSpan]]]:
         """Placement orders with distinct network spans for these degrees (first order wins; distinct_orders), with
-        the spans of each."""
+        the spans of each (the default order's from ``_orders``)."""
+        orders, spans = self._orders(tp, pp, cp, dp)
         return [
             (
                 placement_label(order),
-                plan_spans(ParallelDims(tp, cp, dp, pp, placement_order=order), self.system),
+                dict(spans)
+                if order == DEFAULT_PLACEMENT
+                else plan_spans(ParallelDims(tp, cp, dp, pp, placement_order=order), self.system),
             )
-            for order in self._orders(tp, pp, cp, dp)
+            for order in orders
         ]
 
     def placement_count(self, tp: int, pp: int, cp: int, dp: int) -> int:
         """len(placements(tp, pp, cp, dp)), without costing the spans."""
-        return len(self._orders(tp, pp, cp, dp))
+        return len(self._orders(tp, pp, cp, dp)[0])
 
-    def _orders(self, tp: int, pp: int, cp: int, dp: int) -> tuple[tuple[str, ...], ...]:
-        """distinct_orders of these degrees."""
-        domain = self.system.node.gpus_per_domain
-        clipped = tuple(min(n, domain) for n in (tp, pp, cp, dp))
-        vary = launch.placement_varied(self.framework, self.vary_placement)
-        straddled = default_order_key(ParallelDims(tp, cp, dp, pp), self.system)
-        return distinct_orders(clipped, self.system, vary, straddled)
+    def _orders(self, tp: int, pp: int, cp: int, dp: int) -> tuple[tuple, dict[str, GroupSpan]]:
+        """(distinct_orders, default-order plan_spans), memoised: search.run._by_blocks asks too."""
+        memo, key = self._memo.setdefault("orders", {}), (tp, pp, cp, dp)
+        if key not in memo:
+            clipped = tuple(min(n, self.system.node.gpus_per_domain) for n in key)
+            vary = launch.placement_varied(self.framework, self.vary_placement)
+            spans = plan_spans(default := ParallelDims(tp, cp, dp, pp), self.system)
+            straddled = default_order_key(default, self.system, spans)
+            memo[key] = distinct_orders(clipped, self.system, vary, straddled), spans
+        return memo[key]
 
     # ---- level 2: knobs that set per-layer costs ----------------------------------------------
     def micro_batches(self, dp: int) -> list[BatchOption]:

@@ -196,13 +196,14 @@ def places_as_default(degrees, strides: dict[str, int]) -> bool:
     return all(strides[g] == default[g] for g in default if getattr(degrees, g) > 1)
 
 
-def default_order_key(degrees, system: SystemSpec) -> tuple | None:
+def default_order_key(degrees, system: SystemSpec, spans: dict | None = None) -> tuple | None:
     """What search.space.distinct_orders compares the default order by where plan_spans does not price it on rank
     0's spans (a tp group straddling a domain boundary, tp 3 on 8-GPU domains): the PLACED_GROUPS' members per
     domain where each span has ⌈size/per_domain⌉ domains as rank 0's do, else the spans themselves (no other
-    order's equal them); None where they are rank 0's (``degrees``: default order)."""
+    order's equal them); None where they are rank 0's (``degrees``: default order; ``spans``: its plan_spans
+    when the caller has them)."""
     strides = placement_strides(degrees)
-    spans = plan_spans(degrees, system)
+    spans = plan_spans(degrees, system) if spans is None else spans
     placed = tuple(spans[name] for name in PLACED_GROUPS)
     if placed == tuple(group_span(degrees, system, d, strides) for d in PLACED_GROUPS.values()):
         return None
