@@ -140,6 +140,7 @@ def test_the_fingerprint_digests_the_files_in_path_order(tmp_path, monkeypatch):
         )
     assert store.package_fingerprint() == digest.hexdigest()
 
+
 def _rglob_fingerprint(root, store_path) -> str:
     """The fingerprint as pathlib states it: every file of the suffixes under ``root`` by ``rglob``, sorted as
     paths, but the store and ``__pycache__``, its relative path and bytes hashed."""
