@@ -1,5 +1,6 @@
 """Issue 31: an estimate keeps its row's facts and block costs (step.estimate._row)
-for the next plan of the same row, and the schedules' scalar path picks the
+for the next plan of the same row, its plan's rules and stage inputs (step.estimate.ESTIMATE_CACHES) for the
+next estimate of the same plan, and the schedules' scalar path picks the
 plan's entry alone (step.schedules.by_schedule). The kept values are never changed by a later
 estimate: every plan below gets the same numbers cold (caches cleared) as warm, in any order."""
 
@@ -26,7 +27,7 @@ PLANS = [
 
 
 def _cold() -> None:
-    for cache in (*COLD_CACHES, step_estimate._row):
+    for cache in (*COLD_CACHES, *step_estimate.ESTIMATE_CACHES):
         cache.cache_clear()
 
 
@@ -42,3 +43,30 @@ def test_warm_estimates_equal_cold_ones_in_any_order(order):
     for plan, _ in itertools.product(sequence, range(2)):
         warm = step_estimate.estimate(model, system, plan, with_ops=True).to_dict(True)
         assert warm == cold[plan]
+
+
+def test_a_plan_estimated_again_reuses_its_inputs_and_composes_anew():
+    """The second estimate of a plan reads its kept stage inputs (no new build) and returns a new result
+    with the same numbers (the composition runs again; nothing of the first result is shared but frozen
+    records)."""
+    model, system = load_model("gpt3-13b"), load_system("dgx-a100-80gb")
+    plan = PlanSpec(seq_length=2048, **PLANS[0])
+    _cold()
+    first = step_estimate.estimate(model, system, plan)
+    misses = step_estimate._plan_inputs.cache_info().misses
+    first.plan["tp"] = 0  # a caller's change to its result's plan dict reaches no later result
+    second = step_estimate.estimate(model, system, plan)
+    assert step_estimate._plan_inputs.cache_info().misses == misses
+    assert second is not first and second.plan["tp"] == 8
+    assert (second.step_time_s, second.stages) == (first.step_time_s, first.stages)
+
+
+def test_a_broken_plan_is_refused_on_every_call():
+    """The kept rules (step.estimate._violations) raise again on each estimate of a broken plan."""
+    from paraplan.specs.errors import InputError
+
+    model, system = load_model("gpt3-13b"), load_system("dgx-a100-80gb")
+    plan = PlanSpec(gpus=64, tp=3, pp=1, global_batch=64, seq_length=2048)
+    for _ in range(2):
+        with pytest.raises(InputError, match="tp"):
+            step_estimate.estimate(model, system, plan)
