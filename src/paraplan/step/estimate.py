@@ -8,7 +8,7 @@ search builds the same ``StepInputs`` with numpy arrays through the same functio
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import fields, replace
 from functools import lru_cache
 
 from paraplan.cost.comm import collective_time_s
@@ -218,15 +218,21 @@ def step_inputs(
 
 @lru_cache(maxsize=256)
 def _plan_inputs(model: ModelSpec, system: SystemSpec, plan: PlanSpec) -> tuple:
-    """(the plan's split, its StepInputs, each stage entry with the pipeline positions it stands for):
-    the per-stage block costs ``compose_step`` and the memory terms read and their layout, a pure
-    function of the frozen specs (nothing downstream changes them: frozen records, plain floats), so
-    kept for the next estimate of the same plan; the composition and the memory run on every call.
-    The positions: the split's groups in order (a group's second entry, when its stages' links
-    differ, holds the same blocks: step.layout.build_step_inputs), or one entry per position
-    (step.placement); an entry that stands for no position (count 0) is left out."""
+    """(the plan's split, its StepInputs, the same with its present entries only, each stage entry with
+    the pipeline positions it stands for): the per-stage block costs ``compose_step`` and the memory
+    terms read and their layout, a pure function of the frozen specs (nothing downstream changes them:
+    frozen records, plain floats), so kept for the next estimate of the same plan; the composition and
+    the memory run on every call. The present entries (count > 0) are what the composition reads of one
+    plan: an absent entry never attains a maximum (``_argmax``, ``_at_max``, the bubble's largest over
+    the present stages) and adds count 0 × its work, +0.0, to every sum, so leaving it out gives the
+    same floats without pricing its work and tail. The positions: the split's groups in order (a
+    group's second entry, when its stages' links differ, holds the same blocks:
+    step.layout.build_step_inputs), or one entry per position (step.placement); an entry that stands
+    for no position (count 0) is left out."""
     split = plan.split(model.layers, model.mtp_layers)
     inp = step_inputs(model, system, plan, split)
+    present = tuple(entry for entry in inp.stages if entry.count > 0)
+    composed = inp if len(present) == len(inp.stages) else replace(inp, stages=present)
     if plan_stages_tile(plan.dims, system.node.gpus_per_domain):
         placed = [
             (entry, tuple(range(int(group.index), int(group.index) + int(group.count))))
@@ -234,7 +240,8 @@ def _plan_inputs(model: ModelSpec, system: SystemSpec, plan: PlanSpec) -> tuple:
         ]
     else:
         placed = [(entry, (int(entry.index),)) for entry in inp.stages]
-    return split, inp, tuple((entry, positions) for entry, positions in placed if positions)
+    placed = tuple((entry, positions) for entry, positions in placed if positions)
+    return split, inp, composed, placed
 
 
 # what an estimate keeps between calls, each keyed on frozen specs (benchmarks/estimate_speed.py clears
@@ -279,8 +286,8 @@ def estimate(
 ) -> Estimate:
     """Predict step time, its breakdown, memory per stage, FLOPs and utilisation for one plan."""
     check_plan(model, system, plan)
-    split, inp, placed = _plan_inputs(model, system, plan)
-    step = {k: float(v) for k, v in compose_step(inp).items()}
+    split, inp, composed, placed = _plan_inputs(model, system, plan)
+    step = {k: float(v) for k, v in compose_step(composed).items()}
     breakdown = TimeBreakdown(**{name: step[name] for name in _BREAKDOWN_FIELDS})
     acc = system.accelerator
     stages = _stage_memories(inp, plan, system, placed)
