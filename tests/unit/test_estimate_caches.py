@@ -14,6 +14,7 @@ from paraplan.catalog import load_model, load_system
 from paraplan.specs.plan import PlanSpec
 from paraplan.step import estimate as step_estimate
 from paraplan.step.build import COLD_CACHES
+from paraplan.step.compose import compose_step
 
 PLANS = [
     dict(
@@ -70,3 +71,29 @@ def test_a_broken_plan_is_refused_on_every_call():
     for _ in range(2):
         with pytest.raises(InputError, match="tp"):
             step_estimate.estimate(model, system, plan)
+
+
+ABSENT_ENTRY_PLANS = [
+    *PLANS,
+    dict(gpus=64, tp=4, pp=4, global_batch=64, schedule="dualpipe"),
+    dict(gpus=64, tp=8, pp=2, global_batch=64, zero=2, overlap_dp_grad_reduce=True),
+    dict(
+        gpus=64, tp=2, pp=4, global_batch=128, schedule="interleaved", vpp=2, offload_optimizer=True
+    ),
+    dict(gpus=64, tp=8, pp=1, global_batch=64, zero=3),
+]
+
+
+@pytest.mark.parametrize("fields", ABSENT_ENTRY_PLANS)
+def test_the_composition_of_the_present_entries_is_that_of_every_entry(fields):
+    """step.estimate composes a plan's present stage entries only (step.estimate._plan_inputs): an absent
+    entry (count 0) never attains a max and adds +0.0 to every sum, so every part is the same float, bit for
+    bit, as the composition of every entry."""
+    model, system = load_model("gpt3-13b"), load_system("dgx-a100-80gb")
+    plan = PlanSpec(seq_length=2048, **fields)
+    _, inp, composed, _ = step_estimate._plan_inputs(model, system, plan)
+    assert composed.stages == tuple(s for s in inp.stages if s.count > 0)
+    whole, present = compose_step(inp), compose_step(composed)
+    assert {k: float(v).hex() for k, v in present.items()} == {
+        k: float(v).hex() for k, v in whole.items()
+    }
