@@ -97,3 +97,20 @@ def test_the_composition_of_the_present_entries_is_that_of_every_entry(fields):
     assert {k: float(v).hex() for k, v in present.items()} == {
         k: float(v).hex() for k, v in whole.items()
     }
+
+
+@pytest.mark.filterwarnings("ignore:Pydantic serializer warnings")  # the list, dumped into the result
+def test_a_plan_copied_with_an_unhashable_value_is_estimated_uncached():
+    """A plan from ``model_copy(update=...)`` (no validation) may hold a list where the schema has a tuple:
+    it cannot key the kept values (step.estimate._kept), and is estimated as the validated plan is."""
+    model, system = load_model("gpt3-13b"), load_system("dgx-a100-80gb")
+    plan = PlanSpec(
+        gpus=64, tp=8, pp=4, global_batch=64, seq_length=2048, stage_layers=(10, 10, 10, 10)
+    )
+    copied = plan.model_copy(update={"stage_layers": [10, 10, 10, 10]})
+    with pytest.raises(TypeError):
+        hash(copied)
+    assert (
+        step_estimate.estimate(model, system, copied).to_dict()["step_time_s"]
+        == (step_estimate.estimate(model, system, plan).to_dict()["step_time_s"])
+    )

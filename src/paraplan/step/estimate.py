@@ -109,7 +109,7 @@ def _system_violations(plan: PlanSpec, system: SystemSpec) -> list[Violation]:
 
 def check_plan(model: ModelSpec, system: SystemSpec, plan: PlanSpec) -> None:
     """Raise InputError naming the first broken rule (field, value, what is allowed)."""
-    violations = _violations(model, system, plan)
+    violations = _kept(_violations, model, system, plan)
     if violations:
         raise InputError.from_violations(list(violations))
 
@@ -244,6 +244,17 @@ def _plan_inputs(model: ModelSpec, system: SystemSpec, plan: PlanSpec) -> tuple:
     return split, inp, composed, placed
 
 
+def _kept(function, model: ModelSpec, system: SystemSpec, plan: PlanSpec):
+    """``function``'s value kept on the frozen specs, or computed afresh for a plan that holds an
+    unhashable value (pydantic's ``model_copy(update=...)`` validates nothing: a list where the schema
+    has a tuple), which no cache can key on."""
+    try:
+        hash(plan)
+    except TypeError:
+        return function.__wrapped__(model, system, plan)
+    return function(model, system, plan)
+
+
 # what an estimate keeps between calls, each keyed on frozen specs (benchmarks/estimate_speed.py clears
 # them for its cold column)
 ESTIMATE_CACHES = (_row, _violations, _plan_inputs)
@@ -286,7 +297,7 @@ def estimate(
 ) -> Estimate:
     """Predict step time, its breakdown, memory per stage, FLOPs and utilisation for one plan."""
     check_plan(model, system, plan)
-    split, inp, composed, placed = _plan_inputs(model, system, plan)
+    split, inp, composed, placed = _kept(_plan_inputs, model, system, plan)
     step = {k: float(v) for k, v in compose_step(composed).items()}
     breakdown = TimeBreakdown(**{name: step[name] for name in _BREAKDOWN_FIELDS})
     acc = system.accelerator
