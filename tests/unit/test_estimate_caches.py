@@ -99,7 +99,8 @@ def test_the_composition_of_the_present_entries_is_that_of_every_entry(fields):
     }
 
 
-@pytest.mark.filterwarnings("ignore:Pydantic serializer warnings")  # the list, dumped into the result
+# pydantic warns as the result dumps the list
+@pytest.mark.filterwarnings("ignore:Pydantic serializer warnings")
 def test_a_plan_copied_with_an_unhashable_value_is_estimated_uncached():
     """A plan from ``model_copy(update=...)`` (no validation) may hold a list where the schema has a tuple:
     it cannot key the kept values (step.estimate._kept), and is estimated as the validated plan is."""
