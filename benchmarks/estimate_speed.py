@@ -89,7 +89,7 @@ def cold_ms(model, system, plan, runs: int = 20) -> float:
 
     best = float("inf")
     for _ in range(runs):
-        for cache in (*COLD_CACHES, step_estimate._row):
+        for cache in (*COLD_CACHES, *step_estimate.ESTIMATE_CACHES):
             cache.cache_clear()
         for builder in (
             transformer.decoder_layer_1d,

@@ -66,10 +66,11 @@ def estimate(
     keywords winning; ``framework`` (a catalog name such as "torchtitan", a file or a dict) fills the
     plan fields left unset and adapts the system (paraplan.cost.frameworks.apply_framework); raises
     :class:`~paraplan.specs.errors.InputError` on bad input."""
-    error = unknown_keyword(
-        "estimate", plan_fields, [*PlanSpec.model_fields, "with_ops", "framework"]
-    )
-    if error is not None:
+    if plan_fields and (
+        error := unknown_keyword(
+            "estimate", plan_fields, [*PlanSpec.model_fields, "with_ops", "framework"]
+        )
+    ):
         raise error
     model_spec, system_spec, plan_spec = _problem(model, system, plan, framework, plan_fields)
     return _estimate(model_spec, system_spec, plan_spec, with_ops=with_ops)

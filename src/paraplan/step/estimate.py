@@ -8,7 +8,7 @@ search builds the same ``StepInputs`` with numpy arrays through the same functio
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import fields, replace
 from functools import lru_cache
 
 from paraplan.cost.comm import collective_time_s
@@ -109,13 +109,20 @@ def _system_violations(plan: PlanSpec, system: SystemSpec) -> list[Violation]:
 
 def check_plan(model: ModelSpec, system: SystemSpec, plan: PlanSpec) -> None:
     """Raise InputError naming the first broken rule (field, value, what is allowed)."""
-    violations = (
+    violations = _kept(_violations, model, system, plan)
+    if violations:
+        raise InputError.from_violations(list(violations))
+
+
+@lru_cache(maxsize=1024)
+def _violations(model: ModelSpec, system: SystemSpec, plan: PlanSpec) -> tuple[Violation, ...]:
+    """Every rule the plan breaks on this model and system: a pure function of the frozen specs, so
+    kept for the next estimate of the same plan."""
+    return tuple(
         uniform_model_violations(model)
         + plan_violations(plan, model)
         + _system_violations(plan, system)
     )
-    if violations:
-        raise InputError.from_violations(violations)
 
 
 def grid_knobs(plan: PlanSpec) -> GridKnobs:
@@ -209,32 +216,64 @@ def step_inputs(
     return inp
 
 
-def estimate(
-    model: ModelSpec, system: SystemSpec, plan: PlanSpec, with_ops: bool = False
-) -> Estimate:
-    """Predict step time, its breakdown, memory per stage, FLOPs and utilisation for one plan."""
-    check_plan(model, system, plan)
+@lru_cache(maxsize=256)
+def _plan_inputs(model: ModelSpec, system: SystemSpec, plan: PlanSpec) -> tuple:
+    """(the plan's split, its StepInputs, the same with its present entries only, each stage entry with
+    the pipeline positions it stands for): the per-stage block costs ``compose_step`` and the memory
+    terms read and their layout, a pure function of the frozen specs (nothing downstream changes them:
+    frozen records, plain floats), so kept for the next estimate of the same plan; the composition and
+    the memory run on every call. The present entries (count > 0) are what the composition reads of one
+    plan: an absent entry never attains a maximum (``_argmax``, ``_at_max``, the bubble's largest over
+    the present stages) and adds count 0 × its work, +0.0, to every sum, so leaving it out gives the
+    same floats without pricing its work and tail. The positions: the split's groups in order (a
+    group's second entry, when its stages' links differ, holds the same blocks:
+    step.layout.build_step_inputs), or one entry per position (step.placement); an entry that stands
+    for no position (count 0) is left out."""
     split = plan.split(model.layers, model.mtp_layers)
     inp = step_inputs(model, system, plan, split)
-    step = {k: float(v) for k, v in compose_step(inp).items()}
-    breakdown = TimeBreakdown(**{name: step[name] for name in _BREAKDOWN_FIELDS})
+    present = tuple(entry for entry in inp.stages if entry.count > 0)
+    composed = inp if len(present) == len(inp.stages) else replace(inp, stages=present)
+    if plan_stages_tile(plan.dims, system.node.gpus_per_domain):
+        placed = [
+            (entry, tuple(range(int(group.index), int(group.index) + int(group.count))))
+            for group, entry in zip(split, inp.stages)
+        ]
+    else:
+        placed = [(entry, (int(entry.index),)) for entry in inp.stages]
+    placed = tuple((entry, positions) for entry, positions in placed if positions)
+    return split, inp, composed, placed
+
+
+def _kept(function, model: ModelSpec, system: SystemSpec, plan: PlanSpec):
+    """``function``'s value kept on the frozen specs, or computed afresh for a plan that holds an
+    unhashable value (pydantic's ``model_copy(update=...)`` validates nothing: a list where the schema
+    has a tuple), which no cache can key on."""
+    try:
+        hash(plan)
+    except TypeError:
+        return function.__wrapped__(model, system, plan)
+    return function(model, system, plan)
+
+
+# what an estimate keeps between calls, each keyed on frozen specs (benchmarks/estimate_speed.py clears
+# them for its cold column)
+ESTIMATE_CACHES = (_row, _violations, _plan_inputs)
+
+
+def _stage_memories(inp: StepInputs, plan: PlanSpec, system: SystemSpec, placed: tuple) -> list:
+    """StageMemory of every pipeline position (``placed``: each entry with its positions), in position
+    order: ``memory_at`` of the entry's holdings (the same at every position of the entry), or under
+    DualPipe ``dualpipe_memory_terms`` of every entry's own holdings."""
     acc = system.accelerator
-    stages = []
-    # the first len(groups) entries are the split's groups in order (a group's second entry, when its
-    # stages' links differ, holds the same blocks: step.layout.build_step_inputs)
+    capacity, host_capacity = acc.hbm_capacity, host_capacity_bytes(acc.host_memory)
     paired = (
         [stage_holdings(inp, e, 1.0) for e in inp.stages]
         if plan.pipeline_schedule == "dualpipe"
         else None
     )
-    placed = [  # (entry, its positions): the split's groups, or one entry per position (step.placement)
-        (entry, range(int(group.index), int(group.index) + int(group.count)))
-        for group, entry in zip(split, inp.stages)
-    ]
-    if not plan_stages_tile(plan.dims, system.node.gpus_per_domain):
-        placed = [(entry, (int(entry.index),)) for entry in inp.stages]
+    stages = []
     for entry, positions in placed:
-        holdings = stage_holdings(inp, entry)  # the same at every position of the entry
+        holdings = stage_holdings(inp, entry) if paired is None else None
         for index in positions:
             terms = (
                 memory_at(inp, holdings, index)
@@ -244,12 +283,25 @@ def estimate(
             stages.append(
                 StageMemory(
                     stage=index,
-                    capacity_bytes=acc.hbm_capacity,
-                    host_capacity_bytes=host_capacity_bytes(acc.host_memory),
+                    capacity_bytes=capacity,
+                    host_capacity_bytes=host_capacity,
                     **{name: float(terms[name]) for name in _MEMORY_FIELDS if name in terms},
                 )
             )
     stages.sort(key=lambda s: s.stage)
+    return stages
+
+
+def estimate(
+    model: ModelSpec, system: SystemSpec, plan: PlanSpec, with_ops: bool = False
+) -> Estimate:
+    """Predict step time, its breakdown, memory per stage, FLOPs and utilisation for one plan."""
+    check_plan(model, system, plan)
+    split, inp, composed, placed = _kept(_plan_inputs, model, system, plan)
+    step = {k: float(v) for k, v in compose_step(composed).items()}
+    breakdown = TimeBreakdown(**{name: step[name] for name in _BREAKDOWN_FIELDS})
+    acc = system.accelerator
+    stages = _stage_memories(inp, plan, system, placed)
     tokens = plan.global_batch * plan.seq_length
     model_flops = model_flops_per_step(model, plan.seq_length, plan.global_batch)
     hardware_flops = model_flops + recompute_share(plan, inp) * tokens * recompute_flops_per_token(
