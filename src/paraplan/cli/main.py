@@ -21,14 +21,7 @@ import re
 import sys
 import threading
 
-# a command does no multi-threaded linear algebra: the OpenBLAS thread pool numpy starts when it loads costs
-# ~0.04 s of CPU per process for nothing (issue 31); a value the user set wins
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-# nor do its specs take pydantic plugins (third-party validation hooks, found by scanning every installed
-# distribution's entry points when the first model is built: ~6 ms; typer turns them off for its own adapters)
-os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
-
-import typer  # noqa: E402
+import typer
 
 from paraplan.cli.app import EXIT_INPUT_ERROR, app
 from paraplan.specs.errors import InputError, input_error_from_pydantic
@@ -174,7 +167,9 @@ def _absent_options_uncoerced(command) -> None:
     options ``--width``, ``--help`` and the completion ones are processed before the help; issue
     31). Its callback still runs; options that are required or take several values keep typer's
     path."""
-    help_option = command.get_help_option(typer.Context(command))
+    help_option = command.get_help_option(
+        typer.Context(command, **(command.context_settings or {}))
+    )
     for param in (*command.params, *([help_option] if help_option is not None else [])):
         if param.multiple or param.nargs != 1 or param.required:
             continue
@@ -262,6 +257,13 @@ COLLECT_AFTER = 100_000
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: run ``app``; input errors -> one stderr line and exit 2. The cyclic collector runs
     every COLLECT_AFTER allocations meanwhile; the caller's thresholds are back after."""
+    # a command does no multi-threaded linear algebra: the OpenBLAS thread pool numpy starts when it loads
+    # costs ~0.04 s of CPU per process for nothing (issue 31); nor do its specs take pydantic plugins
+    # (third-party validation hooks, found by scanning every installed distribution's entry points when the
+    # first model is built: ~6 ms; typer turns them off for its own adapters). Set by the command, not on
+    # import (a library user's process keeps its settings); a value the user set wins.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     thresholds = gc.get_threshold()
     gc.set_threshold(COLLECT_AFTER, *thresholds[1:])
     try:

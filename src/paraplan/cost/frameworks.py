@@ -36,9 +36,8 @@ from paraplan.specs.model import ModelSpec
 from paraplan.specs.plan import RUNTIME_FIELDS, runtime_of
 from paraplan.specs.system import AcceleratorSpec, EagerFields, HostFields, SystemSpec
 
-if (
-    TYPE_CHECKING
-):  # the cluster specs load with a cluster (issue 31: a uniform plan's start-up needs none)
+# the cluster specs load with a cluster (issue 31: a uniform plan's start-up needs none)
+if TYPE_CHECKING:
     from paraplan.specs.cluster import ClusterSpec
 
 PLAN_DEFAULTS = (

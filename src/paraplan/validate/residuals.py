@@ -35,7 +35,7 @@ from typing import Any
 from paraplan.validate.features import BandKeys
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent  # src/paraplan
-STORE = Path(__file__).with_name("residuals.json")
+STORE = PACKAGE_ROOT / "validate" / "residuals.json"
 FINGERPRINTED_SUFFIXES = (
     ".py",
     ".yaml",
@@ -109,8 +109,15 @@ def _code_and_data_files(folder: str, parts: tuple[str, ...]) -> Iterator[tuple[
             if entry.is_dir() and not entry.is_symlink():
                 if entry.name != "__pycache__":
                     yield from _code_and_data_files(entry.path, (*parts, entry.name))
-            elif os.path.splitext(entry.name)[1] in FINGERPRINTED_SUFFIXES and entry.is_file():
+            elif _suffix(entry.name) in FINGERPRINTED_SUFFIXES and entry.is_file():
                 yield (*parts, entry.name)
+
+
+def _suffix(name: str) -> str:
+    """``Path(name).suffix``: from the last dot, unless that dot starts the name or ends it ("..py" has ".py",
+    as pathlib says; os.path.splitext says none)."""
+    dot = name.rfind(".")
+    return name[dot:] if 0 < dot < len(name) - 1 else ""
 
 
 def residual_records(
