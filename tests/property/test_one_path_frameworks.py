@@ -19,6 +19,7 @@ path refuses is drawn again. The quick test checks a few plans per pair, the slo
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 import zlib
@@ -86,14 +87,30 @@ def draw_plan(rng: random.Random, dtype: str, framework: str) -> tuple[str, str,
     return name, rng.choice(dtype_systems(dtype)), fields
 
 
+@functools.cache
+def _draws(framework: str, dtype: str) -> dict:
+    """The pair's draw stream, kept per process: its generator, the draws and checks made so far and the
+    first failure. ``check_pair(f, d, 10)`` checks the first 10 plans of the stream ``check_pair(f, d, 40)``
+    checks, so the slow test goes on from where the quick one stopped (each plan priced once per process)
+    instead of pricing those 10 again; a failure is kept and raised again for every later call."""
+    return {
+        "rng": random.Random(zlib.crc32(f"{framework}/{dtype}".encode())),
+        "tries": 0,
+        "checked": 0,
+        "failure": None,
+    }
+
+
 def check_pair(framework: str, dtype: str, plans: int) -> int:
     """Draw ``plans`` plans the uniform path takes under the profile and datatype and check both paths
-    agree on each; returns how many were checked."""
-    rng = random.Random(zlib.crc32(f"{framework}/{dtype}".encode()))
-    checked = 0
-    for _ in range(plans * TRIES):
-        if checked == plans:
-            break
+    agree on each (at most ``plans * TRIES`` draws in all); returns how many were checked. The stream
+    is the pair's (``_draws``): the plans already checked in this process are not priced again."""
+    state = _draws(framework, dtype)
+    if state["failure"] is not None:
+        raise state["failure"]
+    rng = state["rng"]
+    while state["checked"] < plans and state["tries"] < plans * TRIES:
+        state["tries"] += 1
         name, system, fields = draw_plan(rng, dtype, framework)
         try:
             uniform, per_stage = both_paths(name, system, framework, **fields)
@@ -102,15 +119,21 @@ def check_pair(framework: str, dtype: str, plans: int) -> int:
         try:
             assert_same(uniform, per_stage)
         except AssertionError as err:
-            raise AssertionError(
+            state["failure"] = AssertionError(
                 f"{framework} {dtype} {name} on {system}, {fields}: {err}"
-            ) from err
-        checked += 1
-    return checked
+            )
+            raise state["failure"] from err
+        state["checked"] += 1
+    return min(state["checked"], plans)
 
 
+# each pair in its own xdist group: its quick and slow tests run on one worker, which draws and prices
+# the first 10 plans once (``_draws``)
 PAIRS = [
-    pytest.param(f, d, id=f"{f}-{d}") for f in framework_names() for d in DTYPES if dtype_systems(d)
+    pytest.param(f, d, id=f"{f}-{d}", marks=pytest.mark.xdist_group(f"one-path-{f}-{d}"))
+    for f in framework_names()
+    for d in DTYPES
+    if dtype_systems(d)
 ]
 
 
