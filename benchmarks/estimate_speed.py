@@ -127,12 +127,12 @@ def distinct_plans(model, system, fields: dict, n: int = DISTINCT_PLANS, seed: i
         drawn = {name: rng.choice(values) for name, values in VARIANTS.items()}
         if drawn["vpp"] == 1 and rng.random() < 0.5:
             drawn["vpp"] = fields.get("vpp", 1)
-        plan = PlanSpec(**{**fields, **drawn})
-        if plan in seen:
-            continue
         try:
+            plan = PlanSpec(**{**fields, **drawn})
+            if plan in seen:
+                continue
             estimate(model, system, plan)  # the warm-up: its row's costs kept
-        except InputError:
+        except (InputError, ValueError):  # a rule the plan breaks (pydantic's errors are ValueErrors)
             continue
         seen.add(plan)
         plans.append(plan)

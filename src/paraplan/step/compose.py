@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from paraplan.cost.elementwise import any_positive, any_true, maximum, where, where_all
+from paraplan.cost.elementwise import any_positive, any_true, is_array, maximum, where, where_all
 from paraplan.cost.runtimes import grad_accumulation_s
 
 # re-exported: the builders, the search and the tests read the composition's names here
@@ -87,7 +87,7 @@ def _argmax(values: list[Num], present: list[Num]) -> tuple[Num, Num]:
     for i, (v, p) in enumerate(zip(values, present)):
         if best is None:
             best = where_all(p, v, -np.inf)
-            index = np.zeros(np.shape(best), dtype=np.int64) if np.ndim(best) else 0
+            index = np.zeros(best.shape, dtype=np.int64) if is_array(best) and best.ndim else 0
             continue
         better = _better(v, p, best)
         if better is None:
