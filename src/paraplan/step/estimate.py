@@ -8,7 +8,7 @@ search builds the same ``StepInputs`` with numpy arrays through the same functio
 
 from __future__ import annotations
 
-from dataclasses import fields, replace
+from dataclasses import fields
 from functools import lru_cache
 
 from paraplan.cost.comm import collective_time_s
@@ -38,6 +38,7 @@ from paraplan.step.build import (
 )
 from paraplan.step.compose import SCHEDULE_FLAGS, StepInputs, compose_step
 from paraplan.step.constants import stack_shape_fields
+from paraplan.step.inputs import replaced
 from paraplan.step.layer_shape import layer_shape_from
 from paraplan.step.layout import StageMix
 from paraplan.step.placement import (
@@ -47,7 +48,12 @@ from paraplan.step.placement import (
     position_spans,
 )
 from paraplan.step.result import CommCost, Estimate, OpCost, StageMemory, TimeBreakdown
-from paraplan.step.stage_memory import dualpipe_memory_terms, memory_at, stage_holdings
+from paraplan.step.stage_memory import (
+    ddp_buckets,
+    dualpipe_memory_terms,
+    memory_at,
+    stage_holdings,
+)
 
 _BREAKDOWN_FIELDS = tuple(f.name for f in fields(TimeBreakdown))
 _MEMORY_FIELDS = tuple(f.name for f in fields(StageMemory))
@@ -232,7 +238,7 @@ def _plan_inputs(model: ModelSpec, system: SystemSpec, plan: PlanSpec) -> tuple:
     split = plan.split(model.layers, model.mtp_layers)
     inp = step_inputs(model, system, plan, split)
     present = tuple(entry for entry in inp.stages if entry.count > 0)
-    composed = inp if len(present) == len(inp.stages) else replace(inp, stages=present)
+    composed = inp if len(present) == len(inp.stages) else replaced(inp, stages=present)
     if plan_stages_tile(plan.dims, system.node.gpus_per_domain):
         placed = [
             (entry, tuple(range(int(group.index), int(group.index) + int(group.count))))
@@ -271,12 +277,12 @@ def _stage_memories(inp: StepInputs, plan: PlanSpec, system: SystemSpec, placed:
         if plan.pipeline_schedule == "dualpipe"
         else None
     )
-    stages = []
+    stages, buckets = [], ddp_buckets(inp)
     for entry, positions in placed:
         holdings = stage_holdings(inp, entry) if paired is None else None
         for index in positions:
             terms = (
-                memory_at(inp, holdings, index)
+                memory_at(inp, holdings, index, buckets=buckets)
                 if paired is None
                 else dualpipe_memory_terms(inp, paired, index)[0]
             )

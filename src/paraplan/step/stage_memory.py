@@ -161,14 +161,15 @@ def stage_memory_terms(inp: StepInputs, stage: Stage, index: Num) -> dict[str, N
 
 
 def memory_at(
-    inp: StepInputs, h: StageHoldings, index: Num, in_flight: Num = None
+    inp: StepInputs, h: StageHoldings, index: Num, in_flight: Num = None, buckets: Num = None
 ) -> dict[str, Num]:
     """Bytes per GPU of a stage holding ``h`` at position ``index`` (step.result.StageMemory byte fields
     + ``peak_bytes``): weights, gradients, optimizer state, in-flight activations
     (step.schedules.in_flight_microbatches), buffers, reserved; the gradients and activations resident at
     the peak (cost.memory.peak_residents: the forward's end or the optimizer step where gradients are
     allocated during backward); ``host_bytes`` what offload keeps in host memory (ZeRO-Offload /
-    ZeRO-Infinity, Ren et al. 2021). ``in_flight``: the count, default the schedule's."""
+    ZeRO-Infinity, Ren et al. 2021). ``in_flight``: the count, default the schedule's; ``buckets``:
+    ``ddp_buckets(inp)``, when the caller has it (the same at every position)."""
     if in_flight is None:
         in_flight = in_flight_microbatches(inp.knobs, inp.pp, inp.microbatches, index)
     acts = in_flight * h.kept + h.held
@@ -193,7 +194,11 @@ def memory_at(
         + share * acts,
     }
     out["gradients_bytes"], out["activations_bytes"] = peak_residents(
-        h.grads, out["activations_bytes"], inp.lazy_gradients, inp.microbatches, ddp_buckets(inp)
+        h.grads,
+        out["activations_bytes"],
+        inp.lazy_gradients,
+        inp.microbatches,
+        ddp_buckets(inp) if buckets is None else buckets,
     )
     out["peak_bytes"] = (
         out["weights_bytes"]
