@@ -140,8 +140,12 @@ def _at_max(values: list[Num], present: list[Num], rows: list[tuple]) -> tuple:
 
 def _pick(index: Num, values: list[Num]) -> Num:
     """values[index], elementwise: the entry of each candidate's index (0 <= index < len(values))."""
-    if index.__class__ is not np.ndarray and not any(v.__class__ is np.ndarray for v in values):
-        return values[index]
+    if index.__class__ is not np.ndarray:
+        for v in values:
+            if v.__class__ is np.ndarray:
+                break
+        else:  # one plan's scalars
+            return values[index]
     out = values[-1]
     for i in range(len(values) - 2, -1, -1):
         out = where(index == i, values[i], out)

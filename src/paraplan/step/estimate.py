@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import fields
 from functools import lru_cache
+from operator import attrgetter
 
 from paraplan.cost.comm import collective_time_s
 from paraplan.cost.compute import op_times_s
@@ -21,7 +22,13 @@ from paraplan.graph.transformer import LayerShape
 from paraplan.specs.errors import InputError, Violation
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.parallel import ParallelDims
-from paraplan.specs.plan import STATE_FIELDS, PlanSpec, plan_violations
+from paraplan.specs.plan import (
+    RUNTIME_FIELDS,
+    STATE_FIELDS,
+    PlanSpec,
+    RuntimeFields,
+    plan_violations,
+)
 from paraplan.specs.recompute import modules_of
 from paraplan.specs.rules import host_capacity_bytes, offload_rule, uniform_model_violations
 from paraplan.specs.rules_precision import accelerator_rules
@@ -188,15 +195,22 @@ def _row(
 
 
 def step_inputs(
-    model: ModelSpec, system: SystemSpec, plan: PlanSpec, split: tuple | None = None
+    model: ModelSpec,
+    system: SystemSpec,
+    plan: PlanSpec,
+    split: tuple | None = None,
+    tiles: bool | None = None,
 ) -> StepInputs:
     """StepInputs of one plan (all floats), one Stage entry per split group (specs/split.py; ``split``:
-    the plan's, when the caller has it)."""
+    the plan's, ``tiles``: step.placement.plan_stages_tile of its degrees, when the caller has them)."""
     facts, blocks = _plan_row(model, system, plan, plan.recompute)
     split = plan.split(model.layers, model.mtp_layers) if split is None else split
-    knobs, constants = grid_knobs(plan), system_terms(system, plan.dtype, plan)
+    knobs = grid_knobs(plan)
+    constants = _system_terms(system, plan.dtype, _runtime_values(plan))
     inp = build_step_inputs(facts, blocks, knobs, split, constants)
-    placed = not plan_stages_tile(plan.dims, system.node.gpus_per_domain)
+    if tiles is None:
+        tiles = plan_stages_tile(plan.dims, system.node.gpus_per_domain)
+    placed = not tiles
     if placed:  # stage by stage (step.placement), each on its own tp and cp spans
         grouped = inp.stages
 
@@ -222,6 +236,17 @@ def step_inputs(
     return inp
 
 
+_runtime_values = attrgetter(*RUNTIME_FIELDS)  # a plan -> its run-wide knobs' values, in order
+
+
+@lru_cache(maxsize=64)
+def _system_terms(system: SystemSpec, dtype: str, runtime: tuple) -> dict:
+    """step.constants.system_terms of the system, the datatype and the run-wide knobs' values
+    (RUNTIME_FIELDS order: all system_terms reads of a plan), kept per system like the row's costs (a dict
+    nothing downstream changes: build_step_inputs spreads it into StepInputs)."""
+    return system_terms(system, dtype, RuntimeFields(**dict(zip(RUNTIME_FIELDS, runtime))))
+
+
 @lru_cache(maxsize=256)
 def _plan_inputs(model: ModelSpec, system: SystemSpec, plan: PlanSpec) -> tuple:
     """(the plan's split, its StepInputs, the same with its present entries only, each stage entry with
@@ -236,10 +261,11 @@ def _plan_inputs(model: ModelSpec, system: SystemSpec, plan: PlanSpec) -> tuple:
     step.layout.build_step_inputs), or one entry per position (step.placement); an entry that stands
     for no position (count 0) is left out."""
     split = plan.split(model.layers, model.mtp_layers)
-    inp = step_inputs(model, system, plan, split)
+    tiles = plan_stages_tile(plan.dims, system.node.gpus_per_domain)
+    inp = step_inputs(model, system, plan, split, tiles)
     present = tuple(entry for entry in inp.stages if entry.count > 0)
     composed = inp if len(present) == len(inp.stages) else replaced(inp, stages=present)
-    if plan_stages_tile(plan.dims, system.node.gpus_per_domain):
+    if tiles:
         placed = [
             (entry, tuple(range(int(group.index), int(group.index) + int(group.count))))
             for group, entry in zip(split, inp.stages)
@@ -263,7 +289,7 @@ def _kept(function, model: ModelSpec, system: SystemSpec, plan: PlanSpec):
 
 # what an estimate keeps between calls, each keyed on frozen specs (benchmarks/estimate_speed.py clears
 # them for its cold column)
-ESTIMATE_CACHES = (_row, _violations, _plan_inputs)
+ESTIMATE_CACHES = (_row, _violations, _plan_inputs, _system_terms)
 
 
 def _stage_memories(inp: StepInputs, plan: PlanSpec, system: SystemSpec, placed: tuple) -> list:

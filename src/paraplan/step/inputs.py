@@ -166,8 +166,12 @@ def absent_everywhere(stage: Stage) -> bool:
 def sum_blocks(stage: Stage, value, kinds: tuple[str, ...] | None = None) -> Num:
     """Σ over the stage's blocks (of ``kinds``, default all) of count × value(block)."""
     total = 0.0
+    if kinds is None:
+        for block, n in stage.blocks:
+            total = total + n * value(block)
+        return total
     for block, n in stage.blocks:
-        if kinds is None or block.kind in kinds:
+        if block.kind in kinds:
             total = total + n * value(block)
     return total
 

@@ -148,7 +148,12 @@ def tail_terms(
     tensors = sum_blocks(stage, lambda b: b.weight_tensors)
     host = step_host_overhead_s(tensors, inp.host_tensor_s, inp.host_step_s)
     # the low-precision recipe's weight quantisation, once per step on the stage's transformer-layer weights
-    quantised = sum(stage_params(stage, name, TRANSFORMER_KINDS) for name in inp.gradient_groups)
+    # (none: 0 × the finite parameter count, +0.0, without summing it)
+    quantised = (
+        0.0
+        if _scalar_zero(inp.fp8_weight_quant_bytes)
+        else sum(stage_params(stage, name, TRANSFORMER_KINDS) for name in inp.gradient_groups)
+    )
     device = (
         owned * inp.optimizer_step_bytes + quantised * inp.fp8_weight_quant_bytes
     ) / inp.hbm_rate
@@ -174,12 +179,21 @@ def overlap_windows(inp: StepInputs, stage: Stage, work: dict[str, Num]) -> tupl
     dp_on_nic = 0.0
     for group in inp.gradient_groups.values():
         dp_on_nic = maximum(dp_on_nic, where(group.reduce_scatter.slope_out > 0, 1.0, 0.0))
-    nic_forward = dp_on_nic * sum_blocks(stage, lambda b: b.nic_forward_s)
-    nic_backward = dp_on_nic * sum_blocks(stage, lambda b: b.nic_backward_s)
+    if _scalar_zero(dp_on_nic):  # 0 × the finite seconds, +0.0, without summing them
+        nic_forward = nic_backward = 0.0
+    else:
+        nic_forward = dp_on_nic * sum_blocks(stage, lambda b: b.nic_forward_s)
+        nic_backward = dp_on_nic * sum_blocks(stage, lambda b: b.nic_backward_s)
     return (
         maximum(0.0, forward_window - nic_forward),
         maximum(0.0, backward_window - nic_backward),
     )
+
+
+def _scalar_zero(x: Num) -> bool:
+    """Whether ``x`` is one plan's 0 (not an array): a factor whose product with a finite, non-negative sum
+    is +0.0, so the sum need not be taken."""
+    return x.__class__ is not np.ndarray and x == 0
 
 
 def after_slack_s(exposed_s: Num, slack_s: Num) -> Num:
