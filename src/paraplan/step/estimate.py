@@ -55,6 +55,7 @@ from paraplan.step.placement import (
     position_spans,
 )
 from paraplan.step.result import CommCost, Estimate, OpCost, StageMemory, TimeBreakdown
+from paraplan.step.schedules import scalar_schedule
 from paraplan.step.stage_memory import (
     ddp_buckets,
     dualpipe_memory_terms,
@@ -289,13 +290,27 @@ def _kept(function, model: ModelSpec, system: SystemSpec, plan: PlanSpec):
 
 # what an estimate keeps between calls, each keyed on frozen specs (benchmarks/estimate_speed.py clears
 # them for its cold column)
-ESTIMATE_CACHES = (_row, _violations, _plan_inputs, _system_terms)
+@lru_cache(maxsize=256)
+def _flops(
+    model: ModelSpec, seq_length: int, global_batch: int, recompute: str, modules: tuple[str, ...]
+) -> tuple[float, float]:
+    """(cost.flops.model_flops_per_step, cost.flops.recompute_flops_per_token) of the model and shape:
+    pure functions of the specs' values, kept like the row's costs."""
+    return (
+        model_flops_per_step(model, seq_length, global_batch),
+        recompute_flops_per_token(model, seq_length, recompute, modules),
+    )
+
+
+ESTIMATE_CACHES = (_row, _violations, _plan_inputs, _system_terms, _flops)
 
 
 def _stage_memories(inp: StepInputs, plan: PlanSpec, system: SystemSpec, placed: tuple) -> list:
     """StageMemory of every pipeline position (``placed``: each entry with its positions), in position
     order: ``memory_at`` of the entry's holdings (the same at every position of the entry), or under
-    DualPipe ``dualpipe_memory_terms`` of every entry's own holdings."""
+    DualPipe ``dualpipe_memory_terms`` of every entry's own holdings. The plan's schedule entry, weight
+    copies and DDP buckets are read once (step.schedules.scalar_schedule: the entry in_flight_microbatches
+    and weight_copies evaluate for scalar knobs)."""
     acc = system.accelerator
     capacity, host_capacity = acc.hbm_capacity, host_capacity_bytes(acc.host_memory)
     paired = (
@@ -303,21 +318,24 @@ def _stage_memories(inp: StepInputs, plan: PlanSpec, system: SystemSpec, placed:
         if plan.pipeline_schedule == "dualpipe"
         else None
     )
-    stages, buckets = [], ddp_buckets(inp)
+    schedule, buckets, names = scalar_schedule(inp.knobs), ddp_buckets(inp), None
+    stages = []
     for entry, positions in placed:
-        holdings = stage_holdings(inp, entry) if paired is None else None
+        holdings = stage_holdings(inp, entry, schedule.weight_copies) if paired is None else None
         for index in positions:
-            terms = (
-                memory_at(inp, holdings, index, buckets=buckets)
-                if paired is None
-                else dualpipe_memory_terms(inp, paired, index)[0]
-            )
+            if paired is None:
+                count = schedule.in_flight.count(inp.pp, inp.knobs.vpp, inp.microbatches, index)
+                terms = memory_at(inp, holdings, index, count, buckets)
+            else:
+                terms = dualpipe_memory_terms(inp, paired, index)[0]
+            if names is None:  # the same keys at every position
+                names = [name for name in _MEMORY_FIELDS if name in terms]
             stages.append(
                 StageMemory(
                     stage=index,
                     capacity_bytes=capacity,
                     host_capacity_bytes=host_capacity,
-                    **{name: float(terms[name]) for name in _MEMORY_FIELDS if name in terms},
+                    **{name: float(terms[name]) for name in names},
                 )
             )
     stages.sort(key=lambda s: s.stage)
@@ -335,10 +353,10 @@ def estimate(
     acc = system.accelerator
     stages = _stage_memories(inp, plan, system, placed)
     tokens = plan.global_batch * plan.seq_length
-    model_flops = model_flops_per_step(model, plan.seq_length, plan.global_batch)
-    hardware_flops = model_flops + recompute_share(plan, inp) * tokens * recompute_flops_per_token(
-        model, plan.seq_length, plan.recompute, recompute_modules(plan)
+    model_flops, recomputed = _flops(
+        model, plan.seq_length, plan.global_batch, plan.recompute, recompute_modules(plan)
     )
+    hardware_flops = model_flops + recompute_share(plan, inp) * tokens * recomputed
     ops, comms = (
         _op_table(
             model,
