@@ -132,7 +132,8 @@ def distinct_plans(model, system, fields: dict, n: int = DISTINCT_PLANS, seed: i
             if plan in seen:
                 continue
             estimate(model, system, plan)  # the warm-up: its row's costs kept
-        except (InputError, ValueError):  # a rule the plan breaks (pydantic's errors are ValueErrors)
+        # a rule the plan breaks (pydantic's errors are ValueErrors)
+        except (InputError, ValueError):
             continue
         seen.add(plan)
         plans.append(plan)

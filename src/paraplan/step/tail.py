@@ -60,7 +60,8 @@ def zero_branches(zero: Num, branch_of: Num = None) -> tuple[int, ...]:
     """The branches a float or array of ZeRO stages needs, in increasing order: only those are computed.
     ``branch_of``: zero_branch(zero), when the caller has it."""
     branch_of = zero_branch(zero) if branch_of is None else branch_of
-    if zero.__class__ is not np.ndarray or zero.ndim == 0:  # np.ndim(zero) == 0, without its dispatch
+    # np.ndim(zero) == 0, without its dispatch
+    if zero.__class__ is not np.ndarray or zero.ndim == 0:
         return (int(branch_of),)
     branch = np.ravel(branch_of)
     if not branch.size:
