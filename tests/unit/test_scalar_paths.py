@@ -89,7 +89,7 @@ def test_replaced_equals_dataclasses_replace():
 
 def test_kept_system_terms_equal_system_terms():
     system = load_system("dgx-h100-80gb")
-    for fields in (dict(), dict(zero3_prefetch_layers=2, zero3_gather_unit="tensor")):
+    for fields in ({}, {"zero3_prefetch_layers": 2, "zero3_gather_unit": "tensor"}):
         plan = PlanSpec(gpus=8, global_batch=8, seq_length=8, **fields)
         kept = step_estimate._system_terms(system, "bf16", step_estimate._runtime_values(plan))
         assert kept == system_terms(system, "bf16", plan)
