@@ -25,7 +25,15 @@ from typing import Any
 
 import numpy as np
 
-from paraplan.cost.elementwise import any_positive, any_true, is_array, maximum, where, where_all
+from paraplan.cost.elementwise import (
+    any_positive,
+    any_true,
+    is_array,
+    maximum,
+    scalar_zero,
+    where,
+    where_all,
+)
 from paraplan.cost.runtimes import grad_accumulation_s
 
 # re-exported: the builders, the search and the tests read the composition's names here
@@ -315,9 +323,12 @@ def _tails(inp: StepInputs, pipe: dict) -> tuple[list, Num, list]:
         None if i and gone else tail_terms(s.inputs or inp, s, w, d)
         for i, (s, w, d, gone) in enumerate(zip(stages, works, slack, absent))
     ]
+    knobs = inp.knobs
+    # one plan with nothing offloaded: every entry's traffic is 0.0 and the where below 0.0 (busy >= 0)
+    idle = scalar_zero(knobs.offload_activations) and scalar_zero(knobs.offload_weights)
     streamed = 0.0
     for s, gone in zip(stages, absent):
-        if gone:
+        if gone or idle:
             # the where below gives 0.0 for every candidate: its traffic unread
             streamed = maximum(streamed, 0.0)
             continue

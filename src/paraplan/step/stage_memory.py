@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from paraplan.cost.elementwise import any_true, maximum, minimum, where, where_all
+from paraplan.cost.elementwise import any_true, maximum, minimum, scalar_zero, where, where_all
 from paraplan.cost.memory import peak_residents
 from paraplan.step.inputs import (
     TRANSFORMER_KINDS,
@@ -109,7 +109,9 @@ def stage_holdings(inp: StepInputs, stage: Stage, copies: Num = None) -> StageHo
         sum_blocks(stage, lambda b: b.activation_bytes, TRANSFORMER_KINDS),
         sum_blocks(stage, lambda b: b.held_bytes),
         2.0 * max_blocks(stage, lambda b: b.activation_bytes, TRANSFORMER_KINDS),  # out and in
-        offloaded_activation_share(
+        0.0  # where(False, share, 0.0): no layer counted
+        if scalar_zero(inp.knobs.offload_activations)
+        else offloaded_activation_share(
             inp.knobs.offload_activations,
             inp.knobs.offload_activation_layers,
             transformer_layers(stage),

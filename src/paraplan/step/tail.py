@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from paraplan.cost.comm import priced_exposure_s
-from paraplan.cost.elementwise import any_positive, ceil, maximum, where
+from paraplan.cost.elementwise import any_positive, ceil, maximum, scalar_zero, where
 from paraplan.cost.host import host_bound_s, launch_blocking_idle_s, step_host_overhead_s
 from paraplan.cost.overlap import bucketed_reduce_exposed_s, prefetched_gather_exposed_s
 from paraplan.cost.runtimes import runtime_copy_s
@@ -152,7 +152,7 @@ def tail_terms(
     # (none: 0 × the finite parameter count, +0.0, without summing it)
     quantised = (
         0.0
-        if _scalar_zero(inp.fp8_weight_quant_bytes)
+        if scalar_zero(inp.fp8_weight_quant_bytes)
         else sum(stage_params(stage, name, TRANSFORMER_KINDS) for name in inp.gradient_groups)
     )
     device = (
@@ -180,7 +180,7 @@ def overlap_windows(inp: StepInputs, stage: Stage, work: dict[str, Num]) -> tupl
     dp_on_nic = 0.0
     for group in inp.gradient_groups.values():
         dp_on_nic = maximum(dp_on_nic, where(group.reduce_scatter.slope_out > 0, 1.0, 0.0))
-    if _scalar_zero(dp_on_nic):  # 0 × the finite seconds, +0.0, without summing them
+    if scalar_zero(dp_on_nic):  # 0 × the finite seconds, +0.0, without summing them
         nic_forward = nic_backward = 0.0
     else:
         nic_forward = dp_on_nic * sum_blocks(stage, lambda b: b.nic_forward_s)
@@ -189,12 +189,6 @@ def overlap_windows(inp: StepInputs, stage: Stage, work: dict[str, Num]) -> tupl
         maximum(0.0, forward_window - nic_forward),
         maximum(0.0, backward_window - nic_backward),
     )
-
-
-def _scalar_zero(x: Num) -> bool:
-    """Whether ``x`` is one plan's 0 (not an array): a factor whose product with a finite, non-negative sum
-    is +0.0, so the sum need not be taken."""
-    return x.__class__ is not np.ndarray and x == 0
 
 
 def after_slack_s(exposed_s: Num, slack_s: Num) -> Num:
