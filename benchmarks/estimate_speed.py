@@ -6,8 +6,10 @@ itself warm (its caches filled), cold (op-graph and cost caches cleared before e
 each the least over several rounds of the mean of a batch (time.process_time: CPU, which other jobs on the machine
 do not add to), and whether the API call by names stays within TARGET_MS. The distinct-plans columns: a fixed,
 seeded list of DISTINCT_PLANS valid variants of the case (ZeRO, DP overlaps, recompute, micro-batch, vpp), each
-``step.estimate`` once with its row's costs kept but its own plan never estimated before (the per-plan caches
-cleared after one warm-up pass over the list), mean and least per plan: what a plan costs that no cache holds.
+``step.estimate`` once with its row's costs kept but its own plan never estimated before (the per-plan caches,
+``_violations`` and ``_plan_inputs``, cleared after one warm-up pass over the list; what is kept per row, system or
+model shape stays: ``_row``, ``_system_terms``, ``_flops``), mean and least per plan: what a plan costs that no cache
+holds.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Issue 31: one plan's scalars skip numpy's per-call dispatch in the functions the search runs on arrays
 (specs.split.default_first_last, step.placement.stages_tile, cost.overlap.prefetched_gather_exposed_s,
-step.tail.zero_branches, step.schedules.scalar_schedule, step.inputs.replaced); each scalar path gives what
-the array path gives, element by element, bit for bit."""
+step.tail.zero_branches, step.schedules.scalar_schedule, step.inputs.replaced, cost.elementwise.scalar_zero); each
+scalar path gives what the array path gives, element by element, bit for bit."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import struct
 import numpy as np
 
 from paraplan.catalog import load_model, load_system
+from paraplan.cost.elementwise import scalar_zero
 from paraplan.cost.overlap import prefetched_gather_exposed_s
 from paraplan.specs.plan import PlanSpec, runtime_of
 from paraplan.specs.split import default_first_last
@@ -94,3 +95,8 @@ def test_kept_system_terms_equal_system_terms():
         kept = step_estimate._system_terms(system, "bf16", step_estimate._runtime_values(plan))
         assert kept == system_terms(system, "bf16", plan)
         assert kept == system_terms(system, "bf16", runtime_of(plan))
+
+
+def test_scalar_zero_is_one_plans_zero_only():
+    assert all(scalar_zero(x) for x in (0, 0.0, -0.0, False, np.float64(0.0)))
+    assert not any(scalar_zero(x) for x in (1, 1e-300, True, np.array(0.0), np.zeros(3)))

@@ -288,8 +288,6 @@ def _kept(function, model: ModelSpec, system: SystemSpec, plan: PlanSpec):
     return function(model, system, plan)
 
 
-# what an estimate keeps between calls, each keyed on frozen specs (benchmarks/estimate_speed.py clears
-# them for its cold column)
 @lru_cache(maxsize=256)
 def _flops(
     model: ModelSpec, seq_length: int, global_batch: int, recompute: str, modules: tuple[str, ...]
@@ -302,6 +300,8 @@ def _flops(
     )
 
 
+# what an estimate keeps between calls, each keyed on frozen specs (benchmarks/estimate_speed.py clears
+# them for its cold column)
 ESTIMATE_CACHES = (_row, _violations, _plan_inputs, _system_terms, _flops)
 
 
