@@ -97,9 +97,18 @@ def stage_holdings(inp: StepInputs, stage: Stage, copies: Num = None) -> StageHo
     """The terms of ``stage_memory_terms`` that do not depend on the stage's position: weights,
     gradients, optimizer state (``stage_state_bytes``, times the schedule's weight copies; ``copies``
     1 for the stage's own, DualPipe's pairing adds its partner's: ``paired_holdings``), kept and held
-    activations, offloaded shares, working buffers."""
+    activations, offloaded shares, working buffers. For one plan's scalar knobs a term that only activation
+    or weight offload or ZeRO-3 reads is 0.0 where the plan has none (``memory_at`` reads the offloaded
+    ones only through where(knobs.offload_*, ...), and where(False, term, 0.0) is 0.0 whatever the term)."""
     weights, grads, optimizer, transformer_states = stage_state_bytes(inp, stage)
-    copies = weight_copies(inp.knobs) if copies is None else copies
+    knobs = inp.knobs
+    copies = weight_copies(knobs) if copies is None else copies
+    no_acts, no_weights = scalar_zero(knobs.offload_activations), scalar_zero(knobs.offload_weights)
+    gathered = (
+        0.0
+        if scalar_zero(knobs.zero >= 3)
+        else where(knobs.zero >= 3, zero3_gathered_bytes(inp, stage), 0.0)
+    )
     return StageHoldings(
         weights * copies,
         grads * copies,
@@ -108,17 +117,19 @@ def stage_holdings(inp: StepInputs, stage: Stage, copies: Num = None) -> StageHo
         sum_blocks(stage, lambda b: b.activation_bytes),
         sum_blocks(stage, lambda b: b.activation_bytes, TRANSFORMER_KINDS),
         sum_blocks(stage, lambda b: b.held_bytes),
-        2.0 * max_blocks(stage, lambda b: b.activation_bytes, TRANSFORMER_KINDS),  # out and in
-        0.0  # where(False, share, 0.0): no layer counted
-        if scalar_zero(inp.knobs.offload_activations)
+        # out and in
+        0.0
+        if no_acts
+        else 2.0 * max_blocks(stage, lambda b: b.activation_bytes, TRANSFORMER_KINDS),
+        0.0  # no layer counted
+        if no_acts
         else offloaded_activation_share(
-            inp.knobs.offload_activations,
-            inp.knobs.offload_activation_layers,
-            transformer_layers(stage),
+            knobs.offload_activations, knobs.offload_activation_layers, transformer_layers(stage)
         ),  # the other layers keep theirs on the GPU
-        2.0 * max_blocks(stage, lambda b: b.params * inp.weight_bytes, TRANSFORMER_KINDS),
-        max_blocks(stage, lambda b: b.buffer_bytes)
-        + where(inp.knobs.zero >= 3, zero3_gathered_bytes(inp, stage), 0.0),
+        0.0
+        if no_weights
+        else 2.0 * max_blocks(stage, lambda b: b.params * inp.weight_bytes, TRANSFORMER_KINDS),
+        max_blocks(stage, lambda b: b.buffer_bytes) + gathered,
     )
 
 
