@@ -71,6 +71,12 @@ def is_array(x: Num) -> bool:
     return x.__class__ is _ARRAY
 
 
+def scalar_zero(x: Num) -> bool:
+    """Whether ``x`` is one plan's 0 or False (not an array): where it selects or weights a term, the term
+    need not be computed (``where(False, t, y)`` is ``y``; 0 × a finite, non-negative term is +0.0)."""
+    return x.__class__ is not _ARRAY and x == 0
+
+
 def any_true(x: Num) -> bool:
     """Whether any element of ``x`` is true (``np.any(x)``)."""
     if x.__class__ is _ARRAY:

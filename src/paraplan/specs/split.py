@@ -84,6 +84,10 @@ def default_first_last(
     units = layers + embedding_units + loss_units
     base = units // pp
     extra = units % pp
+    if all(x.__class__ in (int, bool) for x in (layers, pp, embedding_units, loss_units)):
+        # one plan's Python ints: the same integers without numpy's per-call dispatch
+        extra_first = extra - min(extra, max(pp - 2, 0))
+        return (layers if pp == 1 else base + extra_first - embedding_units), base - loss_units
     extra_first = extra - np.minimum(extra, np.maximum(pp - 2, 0))
     first = np.where(pp == 1, layers, base + extra_first - embedding_units)
     return first, base - loss_units

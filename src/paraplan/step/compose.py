@@ -25,7 +25,15 @@ from typing import Any
 
 import numpy as np
 
-from paraplan.cost.elementwise import any_positive, any_true, maximum, where, where_all
+from paraplan.cost.elementwise import (
+    any_positive,
+    any_true,
+    is_array,
+    maximum,
+    scalar_zero,
+    where,
+    where_all,
+)
 from paraplan.cost.runtimes import grad_accumulation_s
 
 # re-exported: the builders, the search and the tests read the composition's names here
@@ -87,7 +95,7 @@ def _argmax(values: list[Num], present: list[Num]) -> tuple[Num, Num]:
     for i, (v, p) in enumerate(zip(values, present)):
         if best is None:
             best = where_all(p, v, -np.inf)
-            index = np.zeros(np.shape(best), dtype=np.int64) if np.ndim(best) else 0
+            index = np.zeros(best.shape, dtype=np.int64) if is_array(best) and best.ndim else 0
             continue
         better = _better(v, p, best)
         if better is None:
@@ -140,8 +148,12 @@ def _at_max(values: list[Num], present: list[Num], rows: list[tuple]) -> tuple:
 
 def _pick(index: Num, values: list[Num]) -> Num:
     """values[index], elementwise: the entry of each candidate's index (0 <= index < len(values))."""
-    if index.__class__ is not np.ndarray and not any(v.__class__ is np.ndarray for v in values):
-        return values[index]
+    if index.__class__ is not np.ndarray:
+        for v in values:
+            if v.__class__ is np.ndarray:
+                break
+        else:  # one plan's scalars
+            return values[index]
     out = values[-1]
     for i in range(len(values) - 2, -1, -1):
         out = where(index == i, values[i], out)
@@ -311,9 +323,12 @@ def _tails(inp: StepInputs, pipe: dict) -> tuple[list, Num, list]:
         None if i and gone else tail_terms(s.inputs or inp, s, w, d)
         for i, (s, w, d, gone) in enumerate(zip(stages, works, slack, absent))
     ]
+    knobs = inp.knobs
+    # one plan with nothing offloaded: every entry's traffic is 0.0 and the where below 0.0 (busy >= 0)
+    idle = scalar_zero(knobs.offload_activations) and scalar_zero(knobs.offload_weights)
     streamed = 0.0
     for s, gone in zip(stages, absent):
-        if gone:
+        if gone or idle:
             # the where below gives 0.0 for every candidate: its traffic unread
             streamed = maximum(streamed, 0.0)
             continue

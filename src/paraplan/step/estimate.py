@@ -8,8 +8,9 @@ search builds the same ``StepInputs`` with numpy arrays through the same functio
 
 from __future__ import annotations
 
-from dataclasses import fields, replace
+from dataclasses import fields
 from functools import lru_cache
+from operator import attrgetter
 
 from paraplan.cost.comm import collective_time_s
 from paraplan.cost.compute import op_times_s
@@ -21,7 +22,13 @@ from paraplan.graph.transformer import LayerShape
 from paraplan.specs.errors import InputError, Violation
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.parallel import ParallelDims
-from paraplan.specs.plan import STATE_FIELDS, PlanSpec, plan_violations
+from paraplan.specs.plan import (
+    RUNTIME_FIELDS,
+    STATE_FIELDS,
+    PlanSpec,
+    RuntimeFields,
+    plan_violations,
+)
 from paraplan.specs.recompute import modules_of
 from paraplan.specs.rules import host_capacity_bytes, offload_rule, uniform_model_violations
 from paraplan.specs.rules_precision import accelerator_rules
@@ -38,6 +45,7 @@ from paraplan.step.build import (
 )
 from paraplan.step.compose import SCHEDULE_FLAGS, StepInputs, compose_step
 from paraplan.step.constants import stack_shape_fields
+from paraplan.step.inputs import replaced
 from paraplan.step.layer_shape import layer_shape_from
 from paraplan.step.layout import StageMix
 from paraplan.step.placement import (
@@ -47,7 +55,13 @@ from paraplan.step.placement import (
     position_spans,
 )
 from paraplan.step.result import CommCost, Estimate, OpCost, StageMemory, TimeBreakdown
-from paraplan.step.stage_memory import dualpipe_memory_terms, memory_at, stage_holdings
+from paraplan.step.schedules import scalar_schedule
+from paraplan.step.stage_memory import (
+    ddp_buckets,
+    dualpipe_memory_terms,
+    memory_at,
+    stage_holdings,
+)
 
 _BREAKDOWN_FIELDS = tuple(f.name for f in fields(TimeBreakdown))
 _MEMORY_FIELDS = tuple(f.name for f in fields(StageMemory))
@@ -182,15 +196,22 @@ def _row(
 
 
 def step_inputs(
-    model: ModelSpec, system: SystemSpec, plan: PlanSpec, split: tuple | None = None
+    model: ModelSpec,
+    system: SystemSpec,
+    plan: PlanSpec,
+    split: tuple | None = None,
+    tiles: bool | None = None,
 ) -> StepInputs:
     """StepInputs of one plan (all floats), one Stage entry per split group (specs/split.py; ``split``:
-    the plan's, when the caller has it)."""
+    the plan's, ``tiles``: step.placement.plan_stages_tile of its degrees, when the caller has them)."""
     facts, blocks = _plan_row(model, system, plan, plan.recompute)
     split = plan.split(model.layers, model.mtp_layers) if split is None else split
-    knobs, constants = grid_knobs(plan), system_terms(system, plan.dtype, plan)
+    knobs = grid_knobs(plan)
+    constants = _system_terms(system, plan.dtype, _runtime_values(plan))
     inp = build_step_inputs(facts, blocks, knobs, split, constants)
-    placed = not plan_stages_tile(plan.dims, system.node.gpus_per_domain)
+    if tiles is None:
+        tiles = plan_stages_tile(plan.dims, system.node.gpus_per_domain)
+    placed = not tiles
     if placed:  # stage by stage (step.placement), each on its own tp and cp spans
         grouped = inp.stages
 
@@ -216,6 +237,17 @@ def step_inputs(
     return inp
 
 
+_runtime_values = attrgetter(*RUNTIME_FIELDS)  # a plan -> its run-wide knobs' values, in order
+
+
+@lru_cache(maxsize=64)
+def _system_terms(system: SystemSpec, dtype: str, runtime: tuple) -> dict:
+    """step.constants.system_terms of the system, the datatype and the run-wide knobs' values
+    (RUNTIME_FIELDS order: all system_terms reads of a plan), kept per system like the row's costs (a dict
+    nothing downstream changes: build_step_inputs spreads it into StepInputs)."""
+    return system_terms(system, dtype, RuntimeFields(**dict(zip(RUNTIME_FIELDS, runtime))))
+
+
 @lru_cache(maxsize=256)
 def _plan_inputs(model: ModelSpec, system: SystemSpec, plan: PlanSpec) -> tuple:
     """(the plan's split, its StepInputs, the same with its present entries only, each stage entry with
@@ -230,10 +262,11 @@ def _plan_inputs(model: ModelSpec, system: SystemSpec, plan: PlanSpec) -> tuple:
     step.layout.build_step_inputs), or one entry per position (step.placement); an entry that stands
     for no position (count 0) is left out."""
     split = plan.split(model.layers, model.mtp_layers)
-    inp = step_inputs(model, system, plan, split)
+    tiles = plan_stages_tile(plan.dims, system.node.gpus_per_domain)
+    inp = step_inputs(model, system, plan, split, tiles)
     present = tuple(entry for entry in inp.stages if entry.count > 0)
-    composed = inp if len(present) == len(inp.stages) else replace(inp, stages=present)
-    if plan_stages_tile(plan.dims, system.node.gpus_per_domain):
+    composed = inp if len(present) == len(inp.stages) else replaced(inp, stages=present)
+    if tiles:
         placed = [
             (entry, tuple(range(int(group.index), int(group.index) + int(group.count))))
             for group, entry in zip(split, inp.stages)
@@ -255,15 +288,29 @@ def _kept(function, model: ModelSpec, system: SystemSpec, plan: PlanSpec):
     return function(model, system, plan)
 
 
+@lru_cache(maxsize=256)
+def _flops(
+    model: ModelSpec, seq_length: int, global_batch: int, recompute: str, modules: tuple[str, ...]
+) -> tuple[float, float]:
+    """(cost.flops.model_flops_per_step, cost.flops.recompute_flops_per_token) of the model and shape:
+    pure functions of the specs' values, kept like the row's costs."""
+    return (
+        model_flops_per_step(model, seq_length, global_batch),
+        recompute_flops_per_token(model, seq_length, recompute, modules),
+    )
+
+
 # what an estimate keeps between calls, each keyed on frozen specs (benchmarks/estimate_speed.py clears
 # them for its cold column)
-ESTIMATE_CACHES = (_row, _violations, _plan_inputs)
+ESTIMATE_CACHES = (_row, _violations, _plan_inputs, _system_terms, _flops)
 
 
 def _stage_memories(inp: StepInputs, plan: PlanSpec, system: SystemSpec, placed: tuple) -> list:
     """StageMemory of every pipeline position (``placed``: each entry with its positions), in position
     order: ``memory_at`` of the entry's holdings (the same at every position of the entry), or under
-    DualPipe ``dualpipe_memory_terms`` of every entry's own holdings."""
+    DualPipe ``dualpipe_memory_terms`` of every entry's own holdings. The plan's schedule entry, weight
+    copies and DDP buckets are read once (step.schedules.scalar_schedule: the entry in_flight_microbatches
+    and weight_copies evaluate for scalar knobs)."""
     acc = system.accelerator
     capacity, host_capacity = acc.hbm_capacity, host_capacity_bytes(acc.host_memory)
     paired = (
@@ -271,21 +318,24 @@ def _stage_memories(inp: StepInputs, plan: PlanSpec, system: SystemSpec, placed:
         if plan.pipeline_schedule == "dualpipe"
         else None
     )
+    schedule, buckets, names = scalar_schedule(inp.knobs), ddp_buckets(inp), None
     stages = []
     for entry, positions in placed:
-        holdings = stage_holdings(inp, entry) if paired is None else None
+        holdings = stage_holdings(inp, entry, schedule.weight_copies) if paired is None else None
         for index in positions:
-            terms = (
-                memory_at(inp, holdings, index)
-                if paired is None
-                else dualpipe_memory_terms(inp, paired, index)[0]
-            )
+            if paired is None:
+                count = schedule.in_flight.count(inp.pp, inp.knobs.vpp, inp.microbatches, index)
+                terms = memory_at(inp, holdings, index, count, buckets)
+            else:
+                terms = dualpipe_memory_terms(inp, paired, index)[0]
+            if names is None:  # the same keys at every position
+                names = [name for name in _MEMORY_FIELDS if name in terms]
             stages.append(
                 StageMemory(
                     stage=index,
                     capacity_bytes=capacity,
                     host_capacity_bytes=host_capacity,
-                    **{name: float(terms[name]) for name in _MEMORY_FIELDS if name in terms},
+                    **{name: float(terms[name]) for name in names},
                 )
             )
     stages.sort(key=lambda s: s.stage)
@@ -303,10 +353,10 @@ def estimate(
     acc = system.accelerator
     stages = _stage_memories(inp, plan, system, placed)
     tokens = plan.global_batch * plan.seq_length
-    model_flops = model_flops_per_step(model, plan.seq_length, plan.global_batch)
-    hardware_flops = model_flops + recompute_share(plan, inp) * tokens * recompute_flops_per_token(
-        model, plan.seq_length, plan.recompute, recompute_modules(plan)
+    model_flops, recomputed = _flops(
+        model, plan.seq_length, plan.global_batch, plan.recompute, recompute_modules(plan)
     )
+    hardware_flops = model_flops + recompute_share(plan, inp) * tokens * recomputed
     ops, comms = (
         _op_table(
             model,

@@ -150,6 +150,13 @@ class StepInputs:
     pair_compute_share: Num = 1.0
 
 
+def replaced(record, **changes):
+    """``dataclasses.replace(record, **changes)`` of a frozen record of this package (Stage, StepInputs,
+    BlockCost: every field an init field, no __post_init__, its values in its ``__dict__``), without
+    replace's walk over the fields: the same record, built by its __init__ from the same values."""
+    return record.__class__(**{**record.__dict__, **changes})
+
+
 def absent_everywhere(stage: Stage) -> bool:
     """Whether a Stage entry of the search (its count an array, one element per candidate) is absent (count 0)
     from every candidate: whatever the composition takes of it is masked out everywhere."""
@@ -159,8 +166,12 @@ def absent_everywhere(stage: Stage) -> bool:
 def sum_blocks(stage: Stage, value, kinds: tuple[str, ...] | None = None) -> Num:
     """Σ over the stage's blocks (of ``kinds``, default all) of count × value(block)."""
     total = 0.0
+    if kinds is None:
+        for block, n in stage.blocks:
+            total = total + n * value(block)
+        return total
     for block, n in stage.blocks:
-        if kinds is None or block.kind in kinds:
+        if block.kind in kinds:
             total = total + n * value(block)
     return total
 

@@ -36,6 +36,7 @@ from paraplan.step.compose import (
     StepInputs,
 )
 from paraplan.step.blocks import BLOCK_KINDS, UNIFORM_STAGE_KINDS
+from paraplan.step.inputs import replaced
 from paraplan.step.p2p import tied_embedding_sync_s, uniform_group_p2p
 
 Num = Any
@@ -117,7 +118,7 @@ def build_step_inputs(
     ``facts``: the row's step.build.RowFacts."""
     head = blocks["head"]
     single = facts.pp == 1
-    head = replace(
+    head = replaced(
         head,
         params=where(single, facts.head_params_with_embedding, head.params),
         weight_tensors=head.weight_tensors - where(single, facts.head_shared_tensors, 0.0),

@@ -51,6 +51,8 @@ def stages_tile(stage_gpus: Num, domain: int, default_order: Num = True) -> Num:
     """Whether every stage sits alike on D-GPU nodes: S = tp·cp·dp GPUs per stage with S | D or D | S, or a
     placement other than Megatron-Core's default (its groups priced on rank 0's spans, cost.comm.group_span;
     ``default_order``: whether the plan places tp-cp-dp-pp)."""
+    if default_order.__class__ is bool:  # one plan: no numpy scalar to negate
+        return (stage_gpus % domain == 0) | (domain % stage_gpus == 0) | (not default_order)
     return (stage_gpus % domain == 0) | (domain % stage_gpus == 0) | ~np.asarray(default_order)
 
 

@@ -28,6 +28,8 @@ step/schedule_orders.py), which the plan explorer's timeline places in time (web
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
+from operator import attrgetter
 from types import MappingProxyType
 from typing import Any, Callable, NamedTuple
 
@@ -376,17 +378,32 @@ SPLIT_BACKWARD_SCHEDULES: tuple[str, ...] = tuple(
 )
 
 
+_schedule_flags = attrgetter(*SCHEDULE_FLAGS.values())  # GridKnobs -> its schedule flags, in order
+
+
+@cache
+def _chosen_schedule(*flags: bool) -> PipelineSchedule:
+    """The entry one plan's scalar schedule flags (SCHEDULE_FLAGS order) select: the last one set, else the
+    default (a handful of bool tuples: kept)."""
+    chosen = DEFAULT_SCHEDULE
+    for name, on in zip(SCHEDULE_FLAGS, flags):
+        if on:
+            chosen = SCHEDULES[name]
+    return chosen
+
+
+def scalar_schedule(knobs) -> PipelineSchedule:
+    """The entry one plan's GridKnobs (scalar flags) select: what ``by_schedule`` evaluates for it."""
+    return _chosen_schedule(*map(bool, _schedule_flags(knobs)))
+
+
 def by_schedule(knobs, value: Callable[[PipelineSchedule], Num]) -> Num:
     """``value(entry)`` of the schedule the GridKnobs flags select, elementwise (the flags of one
     candidate are exclusive; none set: the default). An entry no candidate runs is not evaluated;
     with scalar flags (one plan) only the plan's own entry is."""
-    flags = [getattr(knobs, flag) for flag in SCHEDULE_FLAGS.values()]
+    flags = _schedule_flags(knobs)
     if not any(map(is_array, flags)):
-        chosen = DEFAULT_SCHEDULE
-        for name, on in zip(SCHEDULE_FLAGS, flags):
-            if on:
-                chosen = SCHEDULES[name]
-        return value(chosen)
+        return value(_chosen_schedule(*map(bool, flags)))
     out = value(DEFAULT_SCHEDULE)
     for name, flag in SCHEDULE_FLAGS.items():
         on = getattr(knobs, flag)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from paraplan.cost.elementwise import any_true, maximum, minimum, where, where_all
+from paraplan.cost.elementwise import any_true, maximum, minimum, scalar_zero, where, where_all
 from paraplan.cost.memory import peak_residents
 from paraplan.step.inputs import (
     TRANSFORMER_KINDS,
@@ -97,9 +97,18 @@ def stage_holdings(inp: StepInputs, stage: Stage, copies: Num = None) -> StageHo
     """The terms of ``stage_memory_terms`` that do not depend on the stage's position: weights,
     gradients, optimizer state (``stage_state_bytes``, times the schedule's weight copies; ``copies``
     1 for the stage's own, DualPipe's pairing adds its partner's: ``paired_holdings``), kept and held
-    activations, offloaded shares, working buffers."""
+    activations, offloaded shares, working buffers. For one plan's scalar knobs a term that only activation
+    or weight offload or ZeRO-3 reads is 0.0 where the plan has none (``memory_at`` reads the offloaded
+    ones only through where(knobs.offload_*, ...), and where(False, term, 0.0) is 0.0 whatever the term)."""
     weights, grads, optimizer, transformer_states = stage_state_bytes(inp, stage)
-    copies = weight_copies(inp.knobs) if copies is None else copies
+    knobs = inp.knobs
+    copies = weight_copies(knobs) if copies is None else copies
+    no_acts, no_weights = scalar_zero(knobs.offload_activations), scalar_zero(knobs.offload_weights)
+    gathered = (
+        0.0
+        if scalar_zero(knobs.zero >= 3)
+        else where(knobs.zero >= 3, zero3_gathered_bytes(inp, stage), 0.0)
+    )
     return StageHoldings(
         weights * copies,
         grads * copies,
@@ -108,15 +117,19 @@ def stage_holdings(inp: StepInputs, stage: Stage, copies: Num = None) -> StageHo
         sum_blocks(stage, lambda b: b.activation_bytes),
         sum_blocks(stage, lambda b: b.activation_bytes, TRANSFORMER_KINDS),
         sum_blocks(stage, lambda b: b.held_bytes),
-        2.0 * max_blocks(stage, lambda b: b.activation_bytes, TRANSFORMER_KINDS),  # out and in
-        offloaded_activation_share(
-            inp.knobs.offload_activations,
-            inp.knobs.offload_activation_layers,
-            transformer_layers(stage),
+        # out and in
+        0.0
+        if no_acts
+        else 2.0 * max_blocks(stage, lambda b: b.activation_bytes, TRANSFORMER_KINDS),
+        0.0  # no layer counted
+        if no_acts
+        else offloaded_activation_share(
+            knobs.offload_activations, knobs.offload_activation_layers, transformer_layers(stage)
         ),  # the other layers keep theirs on the GPU
-        2.0 * max_blocks(stage, lambda b: b.params * inp.weight_bytes, TRANSFORMER_KINDS),
-        max_blocks(stage, lambda b: b.buffer_bytes)
-        + where(inp.knobs.zero >= 3, zero3_gathered_bytes(inp, stage), 0.0),
+        0.0
+        if no_weights
+        else 2.0 * max_blocks(stage, lambda b: b.params * inp.weight_bytes, TRANSFORMER_KINDS),
+        max_blocks(stage, lambda b: b.buffer_bytes) + gathered,
     )
 
 
@@ -161,14 +174,15 @@ def stage_memory_terms(inp: StepInputs, stage: Stage, index: Num) -> dict[str, N
 
 
 def memory_at(
-    inp: StepInputs, h: StageHoldings, index: Num, in_flight: Num = None
+    inp: StepInputs, h: StageHoldings, index: Num, in_flight: Num = None, buckets: Num = None
 ) -> dict[str, Num]:
     """Bytes per GPU of a stage holding ``h`` at position ``index`` (step.result.StageMemory byte fields
     + ``peak_bytes``): weights, gradients, optimizer state, in-flight activations
     (step.schedules.in_flight_microbatches), buffers, reserved; the gradients and activations resident at
     the peak (cost.memory.peak_residents: the forward's end or the optimizer step where gradients are
     allocated during backward); ``host_bytes`` what offload keeps in host memory (ZeRO-Offload /
-    ZeRO-Infinity, Ren et al. 2021). ``in_flight``: the count, default the schedule's."""
+    ZeRO-Infinity, Ren et al. 2021). ``in_flight``: the count, default the schedule's; ``buckets``:
+    ``ddp_buckets(inp)``, when the caller has it (the same at every position)."""
     if in_flight is None:
         in_flight = in_flight_microbatches(inp.knobs, inp.pp, inp.microbatches, index)
     acts = in_flight * h.kept + h.held
@@ -193,7 +207,11 @@ def memory_at(
         + share * acts,
     }
     out["gradients_bytes"], out["activations_bytes"] = peak_residents(
-        h.grads, out["activations_bytes"], inp.lazy_gradients, inp.microbatches, ddp_buckets(inp)
+        h.grads,
+        out["activations_bytes"],
+        inp.lazy_gradients,
+        inp.microbatches,
+        ddp_buckets(inp) if buckets is None else buckets,
     )
     out["peak_bytes"] = (
         out["weights_bytes"]

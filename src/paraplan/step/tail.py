@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from paraplan.cost.comm import priced_exposure_s
-from paraplan.cost.elementwise import any_positive, ceil, maximum, where
+from paraplan.cost.elementwise import any_positive, ceil, maximum, scalar_zero, where
 from paraplan.cost.host import host_bound_s, launch_blocking_idle_s, step_host_overhead_s
 from paraplan.cost.overlap import bucketed_reduce_exposed_s, prefetched_gather_exposed_s
 from paraplan.cost.runtimes import runtime_copy_s
@@ -60,7 +60,8 @@ def zero_branches(zero: Num, branch_of: Num = None) -> tuple[int, ...]:
     """The branches a float or array of ZeRO stages needs, in increasing order: only those are computed.
     ``branch_of``: zero_branch(zero), when the caller has it."""
     branch_of = zero_branch(zero) if branch_of is None else branch_of
-    if np.ndim(zero) == 0:
+    # np.ndim(zero) == 0, without its dispatch
+    if zero.__class__ is not np.ndarray or zero.ndim == 0:
         return (int(branch_of),)
     branch = np.ravel(branch_of)
     if not branch.size:
@@ -148,7 +149,12 @@ def tail_terms(
     tensors = sum_blocks(stage, lambda b: b.weight_tensors)
     host = step_host_overhead_s(tensors, inp.host_tensor_s, inp.host_step_s)
     # the low-precision recipe's weight quantisation, once per step on the stage's transformer-layer weights
-    quantised = sum(stage_params(stage, name, TRANSFORMER_KINDS) for name in inp.gradient_groups)
+    # (none: 0 × the finite parameter count, +0.0, without summing it)
+    quantised = (
+        0.0
+        if scalar_zero(inp.fp8_weight_quant_bytes)
+        else sum(stage_params(stage, name, TRANSFORMER_KINDS) for name in inp.gradient_groups)
+    )
     device = (
         owned * inp.optimizer_step_bytes + quantised * inp.fp8_weight_quant_bytes
     ) / inp.hbm_rate
@@ -174,8 +180,11 @@ def overlap_windows(inp: StepInputs, stage: Stage, work: dict[str, Num]) -> tupl
     dp_on_nic = 0.0
     for group in inp.gradient_groups.values():
         dp_on_nic = maximum(dp_on_nic, where(group.reduce_scatter.slope_out > 0, 1.0, 0.0))
-    nic_forward = dp_on_nic * sum_blocks(stage, lambda b: b.nic_forward_s)
-    nic_backward = dp_on_nic * sum_blocks(stage, lambda b: b.nic_backward_s)
+    if scalar_zero(dp_on_nic):  # 0 × the finite seconds, +0.0, without summing them
+        nic_forward = nic_backward = 0.0
+    else:
+        nic_forward = dp_on_nic * sum_blocks(stage, lambda b: b.nic_forward_s)
+        nic_backward = dp_on_nic * sum_blocks(stage, lambda b: b.nic_backward_s)
     return (
         maximum(0.0, forward_window - nic_forward),
         maximum(0.0, backward_window - nic_backward),
@@ -325,9 +334,10 @@ def _dp_traffic(inp: StepInputs, stage: Stage, branches: tuple, per_call: Num) -
         sizes = _collective_calls(inp, group, params, bucket, per_call)
         for kind in kinds:
             form, size, n = sizes[kind]
-            t.time[kind] = t.time[kind] + where(group.size > 1, n * form.time_s(size), 0.0)
+            tiers = form.tier_times_s(size)  # time_s is their sum; hidden_price_s reads them too
+            t.time[kind] = t.time[kind] + where(group.size > 1, n * (tiers[0] + tiers[1]), 0.0)
             t.price[kind] = t.price[kind] + where(
-                group.size > 1, n * form.hidden_price_s(size), 0.0
+                group.size > 1, n * form.hidden_price_s(size, tiers), 0.0
             )
             if kind == "layer_gather" and tensor_gathers:  # per weight tensor (DeepSpeed <= 0.5.4)
                 t_x, p_x, fwd, persist = legacy.tensor_gather_terms(
