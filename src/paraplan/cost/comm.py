@@ -70,12 +70,10 @@ def group_span(
     ``strides``: placement_strides(plan), when the caller spans several groups of one plan.
 
     Members are the ranks Σ_g i_g·stride_g; those below D share rank 0's domain."""
-    names = (groups,) if isinstance(groups, str) else tuple(groups)
-    sizes = tuple(getattr(plan, g) for g in names)
-    strides = (
-        tuple(group_stride(plan, g) for g in names)
-        if strides is None
-        else tuple(strides[g] for g in names)
+    names = (groups,) if isinstance(groups, str) else groups
+    sizes = tuple([getattr(plan, g) for g in names])
+    strides = tuple(
+        [group_stride(plan, g) for g in names] if strides is None else [strides[g] for g in names]
     )
     return _span_of(sizes, strides, system.node.gpus_per_domain)
 

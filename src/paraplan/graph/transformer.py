@@ -11,7 +11,7 @@ sequence and receives the keys/values of the other c-1 chunks by ring exchange (
 from __future__ import annotations
 
 from typing import NamedTuple
-from functools import lru_cache
+from functools import lru_cache, wraps
 
 from paraplan.graph.ops import Collective, ExpertShape, LayerGraph, Op, mark_recomputed
 from paraplan.graph.ops import activation_kernel, norm_kernel, query_key_kernels, residual_kernel
@@ -22,8 +22,14 @@ from paraplan.graph.ops import OP_SAC, separate_projections
 from paraplan.graph.xla_modules import FP32_LOGITS, ONE_HOT_GEMM, SEPARATE_PROJECTIONS
 from paraplan.graph.xla_modules import fp32_logits_op, one_hot_embedding_op
 from paraplan.specs.model import ModelSpec
-from paraplan.specs.moe_model import qk_norm_params
 from paraplan.specs.system import LOW_PRECISION, QUANTISED_INPUT_BYTES
+from paraplan.graph.weight_params import (  # noqa: F401 (re-exported: the blocks and the tests read them here)
+    LayerParamParts,
+    embedding_weight_params,
+    layer_param_parts,
+    layer_weight_params,
+    lm_head_weight_params,
+)
 
 # Bytes per activation element: half precision for fp16/bf16/fp8 training (Transformer Engine keeps
 # activations between GEMMs in bf16 and casts to fp8 inside the GEMM), 4 for fp32.
@@ -139,6 +145,30 @@ def cp_free_key(shape: LayerShape) -> tuple:
     )
 
 
+CP_FREE_MEMO_MAX = 16384  # entries a cp_free_memo keeps (a bound, as an lru cache's)
+
+
+def cp_free_memo(builder):
+    """``builder(model, shape, *rest)`` memoised on (model, cp_free_key(shape), *rest): for a builder whose result
+    reads of the shape only fields of cp_free_key (each use states which), so that shapes equal on the key share one
+    result, the same object (the graph caches keyed by identity, ops.weight_tensor_stats, then walk it once). Has
+    ``cache_clear``, as an lru cache (step.build.COLD_CACHES)."""
+    memo: dict = {}
+
+    @wraps(builder)
+    def built(model, shape: LayerShape, *rest):
+        key = (model, cp_free_key(shape), *rest)
+        found = memo.get(key)
+        if found is None:
+            if len(memo) >= CP_FREE_MEMO_MAX:
+                memo.clear()
+            found = memo[key] = builder(model, shape, *rest)
+        return found
+
+    built.cache_clear = memo.clear
+    return built
+
+
 def _gemm(name: str, batch: int, m: int, n: float, k: float, kind: str = "gemm") -> Op:
     """Dense GEMM: forward 2·m·n·k FLOPs; backward = dgrad + wgrad = 2× forward (Narayanan et al. 2021, §5.1)."""
     flops = 2.0 * batch * m * n * k
@@ -234,56 +264,6 @@ def attention_ops(model: ModelSpec, shape: LayerShape) -> list[Op]:
     return [o._replace(selective_recompute=True) for o in ops]
 
 
-class LayerParamParts(NamedTuple):
-    """The parameters of one decoder layer, whole (unsplit), by how tensor parallelism splits them."""
-
-    matrices: int  # h·(q+2kv) + q·h + p·h·f + f·h
-    split_bias: int  # the column-parallel biases: q+2kv (with qkv biases) and p·f (with biases)
-    replicated_bias: int  # the row-parallel biases: 2h (with biases)
-    norm_params: int  # two norms of h gains (and h shifts for LayerNorm), and q/k norms of d
-
-
-def layer_param_parts(model: ModelSpec) -> LayerParamParts:
-    """The decoder layer's parameters by kind (LayerParamParts); p = 2 for SwiGLU's gate and up
-    projections (Shoeybi et al. 2019, §3)."""
-    h, f, p = model.hidden, model.ffn_hidden, model.mlp_input_projections
-    matrices = h * (model.q_width + 2 * model.kv_width) + model.q_width * h + p * h * f + f * h
-    norm_params = (2 if model.norm == "layernorm" else 1) * 2 * h + qk_norm_params(model)
-    split_bias = ((model.q_width + 2 * model.kv_width) if model.has_qkv_bias else 0) + (
-        p * f if model.has_bias else 0
-    )
-    replicated_bias = 2 * h if model.has_bias else 0
-    return LayerParamParts(matrices, split_bias, replicated_bias, norm_params)
-
-
-def layer_weight_params(model: ModelSpec, tp: int) -> float:
-    """Parameters of one decoder layer on one GPU: matrices h·(q+2kv) + q·h + p·h·f + f·h split by t;
-    column-parallel biases split by t, row-parallel biases and norms replicated
-    (Shoeybi et al. 2019, §3; p = 2 for SwiGLU's gate and up projections)."""
-    matrices, split_bias, replicated_bias, norm_params = layer_param_parts(model)
-    return (matrices + split_bias) / tp + replicated_bias + norm_params
-
-
-def embedding_weight_params(model: ModelSpec, tp: int) -> float:
-    """Input embedding on one GPU: vocab-parallel table V·h/t plus a replicated learned position table."""
-    positions = model.max_position * model.hidden if model.learned_positions else 0
-    return model.vocab * model.hidden / tp + positions
-
-
-def lm_head_weight_params(model: ModelSpec, tp: int, shares_stage_with_embedding: bool) -> float:
-    """Output layer on one GPU: V·h/t unless tied to an embedding on the same stage; plus the final norm.
-
-    With tied embeddings and pp > 1, Megatron-LM keeps a second copy of the table on the last
-    stage and all-reduces its gradient with the first (Narayanan et al. 2021, §4.1)."""
-    norm = (2 if model.norm == "layernorm" else 1) * model.hidden
-    table = (
-        0.0
-        if (model.tie_embeddings and shares_stage_with_embedding)
-        else model.vocab * model.hidden / tp
-    )
-    return table + norm
-
-
 def fp8_cast_op(model: ModelSpec, shape: LayerShape) -> Op:
     """FP8 casts of GEMM operands (Transformer Engine's delayed-scaling recipe; Micikevicius et al.
     2022, arXiv:2209.05433): every activation input in forward and every output gradient in
@@ -320,6 +300,31 @@ def decoder_layer_1d(model: ModelSpec, shape: LayerShape) -> LayerGraph:
     """All ops of one decoder layer for one micro-batch on one GPU (pre-norm GPT / Llama block) under
     1D tensor parallelism (and 2d-seq's context exchange); graph.layers.decoder_layer picks this or
     the 2D SUMMA grid's graph/summa.py."""
+    before, after = _outer_ops(model, shape)
+    ops = [*before, *attention_ops(model, shape), *after]
+    h, t, ab, tokens = model.hidden, shape.tp, shape.act_bytes, shape.local_tokens
+    collectives = tp_collectives(tokens, h, ab, shape)
+    if shape.cp > 1 and shape.tp_layout == "2d-seq":
+        collectives += context_gather_collectives(model, shape)
+    elif shape.ulysses:
+        collectives += ulysses_collectives(shape, model.q_width, model.kv_width, model.kv_width)
+    elif shape.cp > 1:
+        collectives.append(cp_kv_ring(model, shape, tokens))
+    if SEPARATE_PROJECTIONS in shape.module_impl and OP_SAC not in shape.recompute_modules:
+        # q, k, v and the MLP inputs as separate GEMMs (op_sac splits them itself)
+        ops = separate_projections(ops, model.q_width, model.kv_width, model.mlp_input_projections)
+    if shape.recompute_modules:  # selective recompute by module (Megatron-LM --recompute-modules)
+        ops = list(mark_recomputed(ops, shape.recompute_modules, (model.q_width, model.kv_width)))
+    return LayerGraph(
+        "decoder_layer", tuple(ops), tuple(collectives), layer_weight_params(model, t)
+    )
+
+
+@cp_free_memo
+def _outer_ops(model: ModelSpec, shape: LayerShape) -> tuple[tuple[Op, ...], tuple[Op, ...]]:
+    """decoder_layer_1d's ops before and after its core attention (attention_ops). They read the model, t, the local
+    tokens b·s/c, SP (sp_tokens) and the dtype (act_bytes, LOW_PRECISION, fp8_cast_op's quantised bytes) alone,
+    each a field of cp_free_key: memoised on it (Llama 3.1 405B's search: 880 layer shapes, 120 keys)."""
     h, f, t = model.hidden, model.ffn_hidden, shape.tp
     tokens = shape.local_tokens
     sp_tokens = shape.sp_tokens
@@ -336,8 +341,7 @@ def decoder_layer_1d(model: ModelSpec, shape: LayerShape) -> LayerGraph:
         _gemm("qkv_projection", 1, tokens, qkv_width, h),
     ]
     ops += query_key_ops(model, tokens * (model.q_width + model.kv_width) / t, ab, tokens)
-    ops += attention_ops(model, shape)
-    ops += [
+    after: list[Op] = [
         _gemm("attention_projection", 1, tokens, h, model.q_width / t),
         _memory(
             "attention_residual",
@@ -367,22 +371,8 @@ def decoder_layer_1d(model: ModelSpec, shape: LayerShape) -> LayerGraph:
         ),
     ]
     if shape.dtype in LOW_PRECISION:
-        ops.append(fp8_cast_op(model, shape))
-    collectives = tp_collectives(tokens, h, ab, shape)
-    if shape.cp > 1 and shape.tp_layout == "2d-seq":
-        collectives += context_gather_collectives(model, shape)
-    elif shape.ulysses:
-        collectives += ulysses_collectives(shape, model.q_width, model.kv_width, model.kv_width)
-    elif shape.cp > 1:
-        collectives.append(cp_kv_ring(model, shape, tokens))
-    if SEPARATE_PROJECTIONS in shape.module_impl and OP_SAC not in shape.recompute_modules:
-        # q, k, v and the MLP inputs as separate GEMMs (op_sac splits them itself)
-        ops = separate_projections(ops, model.q_width, model.kv_width, model.mlp_input_projections)
-    if shape.recompute_modules:  # selective recompute by module (Megatron-LM --recompute-modules)
-        ops = list(mark_recomputed(ops, shape.recompute_modules, (model.q_width, model.kv_width)))
-    return LayerGraph(
-        "decoder_layer", tuple(ops), tuple(collectives), layer_weight_params(model, t)
-    )
+        after.append(fp8_cast_op(model, shape))
+    return tuple(ops), tuple(after)
 
 
 def ulysses_collectives(
@@ -404,11 +394,12 @@ def ulysses_collectives(
     ]
 
 
-@lru_cache(maxsize=1024)
+@cp_free_memo
 def embedding_block(model: ModelSpec, shape: LayerShape) -> LayerGraph:
     """Vocab-parallel embedding lookup (+ learned positions, dropout) on the first stage; its output
     is all-reduced over TP (reduce-scattered with SP), Shoeybi et al. 2019 §3. A stack whose embedding is a
-    one-hot GEMM (module_impl embedding one-hot-gemm, graph.xla_modules) runs that GEMM instead."""
+    one-hot GEMM (module_impl embedding one-hot-gemm, graph.xla_modules) runs that GEMM instead. Reads of the shape t,
+    the local tokens b·s/c, SP, the dtype and module_impl: memoised on cp_free_key (cp_free_memo)."""
     h, ab = model.hidden, shape.act_bytes
     tokens = shape.local_tokens
     lookup_bytes = ab * tokens * h * (3 if model.learned_positions else 2)
@@ -423,7 +414,7 @@ def embedding_block(model: ModelSpec, shape: LayerShape) -> LayerGraph:
     return LayerGraph("embedding", ops, tuple(coll), embedding_weight_params(model, shape.tp))
 
 
-@lru_cache(maxsize=1024)
+@cp_free_memo
 def lm_head_block(
     model: ModelSpec, shape: LayerShape, shares_stage_with_embedding: bool
 ) -> LayerGraph:
@@ -433,7 +424,9 @@ def lm_head_block(
     implementation the stack runs (shape.module_impl's loss, graph.eager_modules.LOSS_IMPLS: by default
     fp32 logits read and written about three times forward and twice backward, Megatron-LM's
     vocab-parallel cross-entropy), plus small TP all-reduces of per-token statistics. A stack whose logits
-    GEMM is an fp32 dot (module_impl logits fp32-dot, graph.xla_modules) runs it at the TF32 rate."""
+    GEMM is an fp32 dot (module_impl logits fp32-dot, graph.xla_modules) runs it at the TF32 rate. Reads of the
+    shape t, the local tokens b·s/c, SP (sp_tokens), the dtype and module_impl: memoised on cp_free_key
+    (cp_free_memo)."""
     h, ab, t = model.hidden, shape.act_bytes, shape.tp
     tokens = shape.local_tokens
     logits = tokens * model.vocab / t

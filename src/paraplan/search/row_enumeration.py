@@ -60,7 +60,7 @@ class Costings:
         self.placement_names: list[str] = []
         self.costs: list[CostInputs] = []  # per (shape, tp span, cp span): _cost_inputs
         self.memories: list = []  # per (shape, recompute): block kind -> BlockMemoryFacts (None: not yet)
-        self.transfers: list = []  # per (tp, cp, micro-batch, pp span): step.p2p.PipelineLinks
+        self.transfers: list = []  # per (exchange bytes, tp, pp span): step.p2p.PipelineLinks
         self.groups: list[dict] = []  # per set of gradient-group spans: name -> GradientGroup
         self._out = {
             "placement": self.placement_names,
@@ -147,16 +147,23 @@ def _gradient_groups(problem: SearchProblem, reduced, spans, tp, cp, dp, expert)
     return {g: gradient_group(system, placed[g]) for g in reduced}
 
 
-def _transfer_s(problem: SearchProblem, tp: int, cp: int, micro_batch: int, pp_span):
-    """The pipeline's links at this shape (step.p2p.pipeline_links), costed once per (bytes, tp, span) it reads
-    (step.p2p.links_of; Llama 3.1 405B: 1,014 for 4,901 entries), the shape built once per (tp, cp, micro-batch)."""
+def _exchange_bytes(problem: SearchProblem, tp: int, cp: int, micro_batch: int) -> float:
+    """step.blocks.p2p_bytes of the layer shape at (tp, cp, micro-batch): what the pipeline's links read of it,
+    memoised per problem."""
+    memo = problem._memo.setdefault("exchange_bytes", {})
+    size = memo.get((tp, cp, micro_batch))
+    if size is None:
+        shape = layer_shape_of(problem, tp, cp, micro_batch, False, "1d", 0)
+        size = memo[tp, cp, micro_batch] = p2p_bytes(problem.model, shape)
+    return size
+
+
+def _transfer_s(problem: SearchProblem, size: float, tp: int, pp_span):
+    """The pipeline's links of an exchange of ``size`` bytes (step.p2p.links_of, step.p2p.pipeline_links), costed
+    once per (bytes, tp, span) across the problem's tables; the rows name them by that key (Llama 3.1 405B: 1,014
+    entries, where (tp, cp, micro-batch, span) named 4,901)."""
     memo = problem._memo.setdefault("pipeline_links", {})
-    shape = memo.get((tp, cp, micro_batch))
-    if shape is None:
-        shape = memo[tp, cp, micro_batch] = layer_shape_of(
-            problem, tp, cp, micro_batch, False, "1d", 0
-        )
-    key = (p2p_bytes(problem.model, shape), tp, pp_span)
+    key = (size, tp, pp_span)
     found = memo.get(key)
     if found is None:
         found = memo[key] = links_of(problem.model, problem.system, *key)
@@ -313,14 +320,15 @@ class RowEnumeration:
 
     def _batch_ids(self, tp, cp, mb, knobs: KnobColumns, pairs: tuple, pp_spans: tuple) -> tuple:
         """(p2p ids per placement, cost ids per (cost key, span pair), memory ids per memory key) at one micro-batch.
-        Each list is memoised on what its keys read: the p2p ids on the pp spans, the cost ids on the knobs and span
+        Each list is memoised on what its keys read: the p2p ids on the exchange's bytes, tp and the pp spans, the cost ids on the knobs and span
         pairs, the memory ids on the knobs (factorizations of one (tp, cp) share them; Llama 3.1 405B: 2,016 calls,
         none alike in all three). Interning is idempotent, so a memoised list is the ids the calls would give."""
         problem, costings, shaped, memo = self.problem, self.costings, self.shaped, self._memo
-        p2p = memo.get(("p2p", tp, cp, mb, pp_spans))
+        size = _exchange_bytes(problem, tp, cp, mb)
+        p2p = memo.get(("p2p", size, tp, pp_spans))
         if p2p is None:
-            p2p = memo["p2p", tp, cp, mb, pp_spans] = [
-                costings.intern("p2p", (tp, cp, mb, span), _transfer_s, problem, tp, cp, mb, span)
+            p2p = memo["p2p", size, tp, pp_spans] = [
+                costings.intern("p2p", (size, tp, span), _transfer_s, problem, size, tp, span)
                 for span in pp_spans
             ]
         cost = memo.get(("cost", tp, cp, mb, id(knobs), pairs))

@@ -22,6 +22,7 @@ capacity, sequence parallelism with tp) are in specs/rules.py with every other p
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Literal
 
 from pydantic import Field, field_validator
@@ -104,6 +105,8 @@ class MoEPlanFields(InputModel):
         return value
 
 
+@lru_cache(maxsize=4096)
 def expert_data_parallel(tp: int, cp: int, dp: int, ep: int, etp: int) -> int:
-    """edp = tp·cp·dp / (ep·etp): the expert-data-parallel degree (ParallelDims.edp)."""
+    """edp = tp·cp·dp / (ep·etp): the expert-data-parallel degree (ParallelDims.edp); memoised (a plan's spans ask
+    for it once per placement order: cost.moe.expert_dp_span)."""
     return ParallelDims(tp=tp, cp=cp, dp=dp, ep=ep, etp=etp).edp

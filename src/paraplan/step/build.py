@@ -459,6 +459,7 @@ def _graph_caches() -> tuple:
         moe.mtp_block,
         moe._mtp_entry_and_head,
         transformer.decoder_layer_1d,
+        transformer._outer_ops,
         transformer.embedding_block,
         transformer.lm_head_block,
         transformer.with_expert,
