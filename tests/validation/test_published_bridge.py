@@ -7,8 +7,18 @@ from __future__ import annotations
 from tests.validation.published_common import CASE_FILES, _mape
 
 
+def _file_cases(report: dict, stem: str) -> list[dict]:
+    """The validation report's cases of one case file (its stem)."""
+    return [c for c in report["cases"] if c["name"] in FILE_CASES[stem]]
+
+
+def _group_errors(cases: list[dict], group: str) -> list[float]:
+    """Step-time errors of the cases of one group."""
+    return [c["error_pct"]["step_time_s"] for c in cases if c["group"] == group]
+
+
 def _file_errors(report: dict, stem: str, count: int) -> list[float]:
-    cases = [c for c in report["cases"] if c["name"] in FILE_CASES[stem]]
+    cases = _file_cases(report, stem)
     assert len(cases) == count and all(c["role"] == "held_out" for c in cases), stem
     return [c["error_pct"]["step_time_s"] for c in cases]
 
@@ -73,7 +83,7 @@ def test_megatron_bridge_nvfp4_held_out(report):
     is seen."""
     errors = _file_errors(report, "mbridge-nvfp4", 4)
     assert _mape(errors) <= 9.0 and max(abs(e) for e in errors) <= 20.5
-    cases = [c for c in report["cases"] if c["name"] in FILE_CASES["mbridge-nvfp4"]]
+    cases = _file_cases(report, "mbridge-nvfp4")
     assert all(c["error_pct"]["step_time_s"] < 0 for c in cases if "gb200" in c["name"])
     assert all(c["error_pct"]["step_time_s"] > 0 for c in cases if "405b-gb300" in c["name"])
 
@@ -85,9 +95,9 @@ def test_megatron_bridge_2604_held_out(report):
     (Qwen3 235B MXFP8 on 256 GB200), outside issue 33's bar as the 26.02 GB200 / GB300 MoE rows are (docs/model.md,
     Known limits). Pinned so that a change is seen."""
     errors = _file_errors(report, "mbridge-2604", 32)
-    cases = [c for c in report["cases"] if c["name"] in FILE_CASES["mbridge-2604"]]
-    dense = [c["error_pct"]["step_time_s"] for c in cases if c["group"] == "mbridge2604-dense"]
-    moe = [c["error_pct"]["step_time_s"] for c in cases if c["group"] == "mbridge2604-moe"]
+    cases = _file_cases(report, "mbridge-2604")
+    dense = _group_errors(cases, "mbridge2604-dense")
+    moe = _group_errors(cases, "mbridge2604-moe")
     assert len(dense) == 13 and len(moe) == 19 and len(errors) == 32
     assert _mape(dense) <= 7.0 and max(abs(e) for e in dense) <= 16.5
     assert _mape(moe) <= 16.0 and max(abs(e) for e in moe) <= 38.0
@@ -102,9 +112,9 @@ def test_megatron_bridge_260201_held_out(report):
     confidence medium): MAPE 5.7 %, worst -17.9 % (70B NVFP4 on 64 GB200; 405B FP8-CS on 256 GB300 +12.8 %). Pinned
     so that a change is seen."""
     errors = _file_errors(report, "mbridge-260201", 32)
-    cases = [c for c in report["cases"] if c["name"] in FILE_CASES["mbridge-260201"]]
-    dense = [c["error_pct"]["step_time_s"] for c in cases if c["group"] == "mbridge260201-dense"]
-    moe = [c["error_pct"]["step_time_s"] for c in cases if c["group"] == "mbridge260201-moe"]
+    cases = _file_cases(report, "mbridge-260201")
+    dense = _group_errors(cases, "mbridge260201-dense")
+    moe = _group_errors(cases, "mbridge260201-moe")
     assert len(dense) == 13 and len(moe) == 19 and len(errors) == 32
     assert _mape(moe) <= 15.5 and max(abs(e) for e in moe) <= 38.0
     assert _mape(dense) <= 6.0 and max(abs(e) for e in dense) <= 18.5
@@ -121,7 +131,7 @@ def test_megatron_bridge_2608_held_out(report):
     -20.8 %), the others too slow (was 43.2 %, worst +56.3 %, every row too slow, without them): outside issue
     33's bar. Pinned so that a change is seen."""
     errors = _file_errors(report, "mbridge-2608", 8)
-    cases = [c for c in report["cases"] if c["name"] in FILE_CASES["mbridge-2608"]]
+    cases = _file_cases(report, "mbridge-2608")
     assert all(c["group"] == "mbridge2608-moe" for c in cases)
     assert _mape(errors) <= 14.0 and max(abs(e) for e in errors) <= 28.5
     signs = {c["name"]: c["error_pct"]["step_time_s"] > 0 for c in cases}
@@ -137,7 +147,7 @@ def test_megatron_bridge_2602_b300_held_out(report):
     faster than the 26.02 B200 one at the same layout), Qwen3 235B -30.6 %: outside issue 33's bar. Pinned so that
     a change is seen."""
     errors = _file_errors(report, "mbridge-moe-b300", 4)
-    cases = [c for c in report["cases"] if c["name"] in FILE_CASES["mbridge-moe-b300"]]
+    cases = _file_cases(report, "mbridge-moe-b300")
     assert all(c["group"] == "mbridge-moe-b300" for c in cases)
     assert _mape(errors) <= 20.0 and max(abs(e) for e in errors) <= 31.5
 
@@ -156,7 +166,7 @@ def test_megatron_bridge_260601_held_out(report):
     backward kernel about 10x slower). Outside issue 33's bar. Pinned so that a change is seen (was 39.5 / 62.5
     before the two inputs)."""
     errors = _file_errors(report, "mbridge-260601", 8)
-    cases = [c for c in report["cases"] if c["name"] in FILE_CASES["mbridge-260601"]]
+    cases = _file_cases(report, "mbridge-260601")
     assert all(c["group"] == "mbridge260601-moe" for c in cases)
     assert _mape(errors) <= 24.0 and max(abs(e) for e in errors) <= 50.0
     assert all((e > 0) == ("gptoss" not in c["name"]) for c, e in zip(cases, errors))
@@ -171,9 +181,9 @@ def test_megatron_bridge_260401_held_out(report):
     with the GB300 fp8 fraction from the power law); MoE MAPE 16.6 %, worst +37.1 % (Qwen3 235B on 256 GB200), as
     the 26.04 rows of the same layouts: outside issue 33's bar. Pinned so that a change is seen."""
     errors = _file_errors(report, "mbridge-260401", 34)
-    cases = [c for c in report["cases"] if c["name"] in FILE_CASES["mbridge-260401"]]
-    dense = [c["error_pct"]["step_time_s"] for c in cases if c["group"] == "mbridge260401-dense"]
-    moe = [c["error_pct"]["step_time_s"] for c in cases if c["group"] == "mbridge260401-moe"]
+    cases = _file_cases(report, "mbridge-260401")
+    dense = _group_errors(cases, "mbridge260401-dense")
+    moe = _group_errors(cases, "mbridge260401-moe")
     assert len(dense) == 14 and len(moe) == 20 and len(errors) == 34
     assert _mape(dense) <= 7.5 and max(abs(e) for e in dense) <= 17.5
     assert _mape(moe) <= 17.0 and max(abs(e) for e in moe) <= 37.5
@@ -188,9 +198,9 @@ def test_megatron_bridge_2606_held_out(report):
     worst +33.9 % (DeepSeek-V3 at GBS 15360 on 256 GB300): outside issue 33's bar. Pinned so that a change is
     seen."""
     errors = _file_errors(report, "mbridge-2606", 21)
-    cases = [c for c in report["cases"] if c["name"] in FILE_CASES["mbridge-2606"]]
-    dense = [c["error_pct"]["step_time_s"] for c in cases if c["group"] == "mbridge2606-dense"]
-    moe = [c["error_pct"]["step_time_s"] for c in cases if c["group"] == "mbridge2606-moe"]
+    cases = _file_cases(report, "mbridge-2606")
+    dense = _group_errors(cases, "mbridge2606-dense")
+    moe = _group_errors(cases, "mbridge2606-moe")
     assert len(dense) == 7 and len(moe) == 14 and len(errors) == 21
     assert _mape(dense) <= 7.5 and max(abs(e) for e in dense) <= 16.0
     assert _mape(moe) <= 15.5 and max(abs(e) for e in moe) <= 34.5
