@@ -1,6 +1,6 @@
 """Issue 31: one plan's scalars skip numpy's per-call dispatch in the functions the search runs on arrays
 (specs.split.default_first_last, step.placement.stages_tile, cost.overlap.prefetched_gather_exposed_s,
-step.tail.zero_branches, step.schedules.scalar_schedule, step.inputs.replaced, cost.elementwise.scalar_zero); each
+step.tail.zero_branches, step.schedules.by_schedule, step.inputs.replaced, cost.elementwise.scalar_zero); each
 scalar path gives what the array path gives, element by element, bit for bit."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from paraplan.specs.split import default_first_last
 from paraplan.step import estimate as step_estimate
 from paraplan.step.build import system_terms
 from paraplan.step.placement import stages_tile
-from paraplan.step.schedules import SCHEDULE_FLAGS, by_schedule, scalar_schedule
+from paraplan.step.schedules import SCHEDULE_FLAGS, SCHEDULES, by_schedule
 from paraplan.step.tail import zero_branches
 
 
@@ -69,13 +69,13 @@ def test_zero_branches_of_scalars_and_arrays():
     assert zero_branches(np.array([0, 2, 2, 3])) == (0, 1, 3)
 
 
-def test_scalar_schedule_is_by_schedules_entry():
+def test_scalar_flags_select_their_schedules_entry():
     knobs = step_estimate.grid_knobs(PlanSpec(gpus=8, pp=2, vpp=2, global_batch=8, seq_length=8))
     for name, flag in [("1f1b", None), *SCHEDULE_FLAGS.items()]:
         flags = {f: f == flag for f in SCHEDULE_FLAGS.values()}
         k = dataclasses.replace(knobs, **flags)
-        assert scalar_schedule(k) is by_schedule(k, lambda s: s)
-        assert scalar_schedule(k).name == name
+        assert by_schedule(k, lambda s: s) is SCHEDULES[name]
+        assert by_schedule(k, lambda s: s).name == name
 
 
 def test_replaced_equals_dataclasses_replace():

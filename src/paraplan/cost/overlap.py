@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from paraplan.cost.elementwise import maximum
+from paraplan.cost.elementwise import maximum, where
 
 
 def fair_share_times_s(alone_s):
@@ -71,14 +71,9 @@ def prefetched_gather_exposed_s(gather_s, compute_s, layers, prefetch_layers):
     the first gather is exposed and each later one overlaps d layers of compute:
     exposed = g + (L−1)·max(0, g − d·c). Small gathers are latency-bound: ``gather_s`` already
     contains the collective's latency (cost.comm)."""
-    if not any(x.__class__ is np.ndarray for x in (gather_s, compute_s, layers, prefetch_layers)):
-        # one plan's floats: the same operations, numpy's operand on ties (cost.elementwise)
-        d = float(prefetch_layers)
-        with_prefetch = gather_s + (layers - 1) * maximum(0.0, gather_s - d * compute_s)
-        return with_prefetch if d > 0 else layers * gather_s
-    d = np.asarray(prefetch_layers, dtype=float)
-    with_prefetch = gather_s + (layers - 1) * np.maximum(0.0, gather_s - d * compute_s)
-    return np.where(d > 0, with_prefetch, layers * gather_s)
+    d = prefetch_layers
+    with_prefetch = gather_s + (layers - 1) * maximum(0.0, gather_s - d * compute_s)
+    return where(d > 0, with_prefetch, layers * gather_s)
 
 
 def ring_attention_exposed_s(step_comm_s, step_attention_s, cp, sync_s):

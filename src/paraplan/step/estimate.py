@@ -55,7 +55,6 @@ from paraplan.step.placement import (
     position_spans,
 )
 from paraplan.step.result import CommCost, Estimate, OpCost, StageMemory, TimeBreakdown
-from paraplan.step.schedules import scalar_schedule
 from paraplan.step.stage_memory import (
     ddp_buckets,
     dualpipe_memory_terms,
@@ -308,9 +307,8 @@ ESTIMATE_CACHES = (_row, _violations, _plan_inputs, _system_terms, _flops)
 def _stage_memories(inp: StepInputs, plan: PlanSpec, system: SystemSpec, placed: tuple) -> list:
     """StageMemory of every pipeline position (``placed``: each entry with its positions), in position
     order: ``memory_at`` of the entry's holdings (the same at every position of the entry), or under
-    DualPipe ``dualpipe_memory_terms`` of every entry's own holdings. The plan's schedule entry, weight
-    copies and DDP buckets are read once (step.schedules.scalar_schedule: the entry in_flight_microbatches
-    and weight_copies evaluate for scalar knobs)."""
+    DualPipe ``dualpipe_memory_terms`` of every entry's own holdings. The DDP buckets are read once (the
+    same at every position)."""
     acc = system.accelerator
     capacity, host_capacity = acc.hbm_capacity, host_capacity_bytes(acc.host_memory)
     paired = (
@@ -318,14 +316,13 @@ def _stage_memories(inp: StepInputs, plan: PlanSpec, system: SystemSpec, placed:
         if plan.pipeline_schedule == "dualpipe"
         else None
     )
-    schedule, buckets, names = scalar_schedule(inp.knobs), ddp_buckets(inp), None
+    buckets, names = ddp_buckets(inp), None
     stages = []
     for entry, positions in placed:
-        holdings = stage_holdings(inp, entry, schedule.weight_copies) if paired is None else None
+        holdings = stage_holdings(inp, entry) if paired is None else None
         for index in positions:
             if paired is None:
-                count = schedule.in_flight.count(inp.pp, inp.knobs.vpp, inp.microbatches, index)
-                terms = memory_at(inp, holdings, index, count, buckets)
+                terms = memory_at(inp, holdings, index, buckets=buckets)
             else:
                 terms = dualpipe_memory_terms(inp, paired, index)[0]
             if names is None:  # the same keys at every position

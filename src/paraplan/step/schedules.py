@@ -392,11 +392,6 @@ def _chosen_schedule(*flags: bool) -> PipelineSchedule:
     return chosen
 
 
-def scalar_schedule(knobs) -> PipelineSchedule:
-    """The entry one plan's GridKnobs (scalar flags) select: what ``by_schedule`` evaluates for it."""
-    return _chosen_schedule(*map(bool, _schedule_flags(knobs)))
-
-
 def by_schedule(knobs, value: Callable[[PipelineSchedule], Num]) -> Num:
     """``value(entry)`` of the schedule the GridKnobs flags select, elementwise (the flags of one
     candidate are exclusive; none set: the default). An entry no candidate runs is not evaluated;
