@@ -26,6 +26,7 @@ from typing import Any
 
 from paraplan.cost.elementwise import where
 from paraplan.graph.eager_modules import FP32, composite, gelu_new, loss_impl, rmsnorm_upcast
+from paraplan.graph.megatron_softmax import scores_family
 from paraplan.graph.mla import attention_output_bytes
 from paraplan.graph.ops import activation_kernel
 from paraplan.graph.transformer import ACTIVATION_BYTES, LayerShape, mlp_intermediate_bytes
@@ -243,9 +244,18 @@ def score_bytes(model: ModelSpec, shape: LayerShape) -> float:
     the dropout mask (1) and the dropout output (a, the second batched GEMM's input), 2a + 1 (Korthikanti
     et al. 2022 §4.1; a without dropout); where the stack runs the scores as a composite (shape.module_impl
     ``scores``, graph.eager_modules), that composite's saved bytes and the dropout output: transformers' GPT-2
-    under autocast keeps its softmax output in fp32 (graph.hf_scores), 4 + 1 + a."""
+    under autocast keeps its softmax output in fp32 (graph.hf_scores), 4 + 1 + a, as BigScience's fallback does
+    where its check fails (graph.megatron_softmax)."""
     ab, dropout = shape.act_bytes, model.has_dropout
-    family = "scores" if dropout else "scores_no_dropout"
+    heads = model.heads // shape.attention_head_split  # as graph.transformer.attention_ops
+    family = scores_family(
+        dropout,
+        shape.module_impl,
+        shape.micro_batch,
+        heads,
+        shape.attention_queries,
+        shape.seq_length,
+    )
     found = composite(family, dict(shape.module_impl), ab, ab)
     if found is None:
         return (2 * ab + 1) if dropout else ab

@@ -23,8 +23,8 @@ the activation memory autograd keeps (cost.memory) all read the same list:
   ``logits.float()`` then F.cross_entropy: transformers' ForCausalLMLoss, the time of the kernels table's
   ``cross_entropy_fp32_fwd_bwd`` where the profile names the loss role), ``inductor-fused`` (the loss inside
   a torch.compile'd graph: TorchInductor's generated reduction and point-wise kernels over the bf16 logits).
-- ``scores``: the unfused mask, softmax and dropout over the attention scores, as Megatron-LM's 2019 and v1.0
-  code runs them (``megatron_scores``) or transformers' GPT-2 under autocast (graph.hf_scores).
+- ``scores``: the unfused mask, softmax and dropout over the attention scores as Megatron-LM's 2019 and v1.0 code
+  (``megatron_scores``), transformers' GPT-2 (graph.hf_scores) or BigScience's (graph.megatron_softmax) runs them.
 
 Dtypes follow torch.autocast (bf16) over fp32 parameters, PyTorch 2.4-2.11 (aten/src/ATen/autocast_mode.cpp):
 ``pow`` and ``rsqrt`` are on CUDA autocast's fp32 list (their output is fp32 whatever the input), ``mul`` /
@@ -46,6 +46,7 @@ from functools import lru_cache
 from typing import NamedTuple
 
 from paraplan.graph.hf_scores import gpt2_scores_amp
+from paraplan.graph.megatron_softmax import BIGSCIENCE, FALLBACK_FAMILIES, torch_softmax_fp32
 
 FP32 = 4  # bytes of an fp32 element
 PRECISION_BYTES = {
@@ -360,6 +361,7 @@ FAMILY_ROLE: dict[str, tuple[str, str]] = {
     "rotary_normed": ("rotary", "fp32"),
     "scores": ("scores", "scores"),  # the unfused softmax with dropout ...
     "scores_no_dropout": ("scores", "scores"),  # ... and without
+    **{family: ("scores", "scores") for family in FALLBACK_FAMILIES},  # graph.megatron_softmax
 }
 
 
@@ -400,12 +402,14 @@ def _composite(family: str, impl: tuple[tuple[str, str], ...], i: int, a: int) -
         return rotary_complex(i)
     if chosen.startswith("megatron-") and family.startswith("scores"):
         return megatron_scores(chosen, i, family == "scores")
+    lists = None
     if chosen == "transformers-gpt2-4.12-amp" and family.startswith("scores"):
-        forward, backward, saved = gpt2_scores_amp(i, family == "scores")
-        return Composite(
-            tuple(Kernel(*k) for k in forward), tuple(Kernel(*k) for k in backward), saved
-        )
-    return None
+        lists = gpt2_scores_amp(i, family == "scores")
+    if chosen == BIGSCIENCE and family in FALLBACK_FAMILIES:  # else its fused kernel, one per op
+        lists = torch_softmax_fp32(i, family == FALLBACK_FAMILIES[0])
+    if lists is None:
+        return None
+    return Composite(*(tuple(Kernel(*k) for k in part) for part in lists[:2]), lists[2])
 
 
 def runs_native(family: str, impl: Mapping[str, str]) -> bool:

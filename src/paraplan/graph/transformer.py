@@ -17,6 +17,7 @@ from paraplan.graph.ops import Collective, ExpertShape, LayerGraph, Op, mark_rec
 from paraplan.graph.ops import activation_kernel, norm_kernel, query_key_kernels, residual_kernel
 from paraplan.graph.cp_ring import cp_kv_ring, ring_merge_ops
 from paraplan.graph.eager_modules import loss_impl
+from paraplan.graph.megatron_softmax import scores_family
 from paraplan.graph.tp_collectives import tp_collectives
 from paraplan.graph.ops import OP_SAC, separate_projections
 from paraplan.graph.xla_modules import FP32_LOGITS, ONE_HOT_GEMM, SEPARATE_PROJECTIONS
@@ -252,7 +253,10 @@ def attention_ops(model: ModelSpec, shape: LayerShape) -> list[Op]:
         ] + ring_merge_ops(model, shape)  # the K/V ring's partial-output merges
     scores = batch * q_tokens * kv_tokens  # elements of the score matrix on this GPU
     dropout_mask = 1.0 if model.has_dropout else 0.0
-    family = ("scores" if model.has_dropout else "scores_no_dropout", batch * q_tokens, kv_tokens)
+    name = scores_family(
+        model.has_dropout, shape.module_impl, shape.micro_batch, heads_local, q_tokens, kv_tokens
+    )
+    family = (name, batch * q_tokens, kv_tokens)
     softmax_bytes = ab * scores * 2 + (
         ab * scores * 2 + dropout_mask * scores if model.has_dropout else 0.0
     )

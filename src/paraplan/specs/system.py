@@ -1,8 +1,8 @@
 """The cluster: accelerator, NVLink/NVSwitch domain and scale-out network (MISSION.md, "Inputs").
 
-Quantities accept unit strings ("80 GiB", "3.35 TB/s", "989 TFLOPS", "400 Gb/s") and are stored in
-SI units (bytes, bytes/s, FLOP/s, seconds). Every achievable-fraction parameter lives here, in one
-place, so that ``docs/model.md`` can list where each comes from.
+Quantities accept unit strings ("80 GiB", "3.35 TB/s", "989 TFLOPS", "400 Gb/s") and are stored in SI units
+(bytes, bytes/s, FLOP/s, seconds). Every achievable-fraction parameter lives here, in one place, so that
+``docs/model.md`` can list where each comes from.
 """
 
 from __future__ import annotations
@@ -27,12 +27,11 @@ Dtype = Literal["fp32", "tf32", "fp16", "bf16", "fp8", "nvfp4", "mxfp4"]
 # copy master to the half-precision weight (read 4, write 2) = 54 B (state sizes: ZeRO §3.1). The
 # default of efficiency.optimizer_step_bytes; a framework profile sets its own (cost.frameworks).
 OPTIMIZER_BYTES_PER_PARAM = 54.0
-# Training datatypes (docs/model.md, "Datatypes"): the matrix rate each one's GEMMs run at, and the
-# activation datatype its element-wise kernels and fused attention run in.
-# fp32: IEEE fp32 GEMMs on the CUDA cores (torch.backends.cuda.matmul.allow_tf32 = False, PyTorch's
-# default since 1.12); tf32: fp32 tensors whose GEMMs run on TF32 tensor cores (allow_tf32 = True,
-# or torch.set_float32_matmul_precision("high")); element-wise work and storage stay fp32 in both.
-# fp8 / nvfp4 / mxfp4: GEMM inputs quantised (Transformer Engine recipes), everything else bf16.
+# Training datatypes (docs/model.md, "Datatypes"): the matrix rate each one's GEMMs run at, and the activation
+# datatype its element-wise kernels and fused attention run in. fp32: IEEE fp32 GEMMs on the CUDA cores
+# (torch.backends.cuda.matmul.allow_tf32 = False, PyTorch's default since 1.12); tf32: fp32 tensors whose GEMMs
+# run on TF32 tensor cores (allow_tf32 = True, or torch.set_float32_matmul_precision("high")); element-wise
+# work and storage stay fp32 in both. fp8 / nvfp4 / mxfp4: GEMM inputs quantised (TE recipes), the rest bf16.
 LOW_PRECISION = ("fp8", "nvfp4", "mxfp4")
 FP4 = ("nvfp4", "mxfp4")
 FP4_PARTS = {"nvfp4": "NVIDIA Blackwell", "mxfp4": "NVIDIA Blackwell, AMD CDNA 4"}
@@ -62,11 +61,12 @@ HostKind = Literal["linear", "layer_norm", "sdpa", "activation", "elementwise", 
 # precision each runs in (a framework profile states them: specs.framework.FrameworkSpec.eager_kernels).
 EagerRole = Literal["norm", "activation", "residual", "loss"]
 EagerPrecision = Literal["bf16", "fp32"]
-# The implementation a stack runs for each module role (graph.eager_modules: "fused", one kernel per op, or a
-# composite of eager element-wise kernels as the model code writes it; MaxText's: graph.xla_modules).
+# The implementation a stack runs per module role (graph.eager_modules: "fused", one kernel per op, or eager
+# kernels as the model code runs them; MaxText's: graph.xla_modules; scores bigscience-2110: graph.megatron_softmax).
 ModuleRole = Literal[
     "norm", "activation", "rotary", "loss", "scores", "embedding", "logits", "projections"
 ]
+MEGATRON_SCORES = ("fused", "megatron-2019", "megatron-v1.0")
 MODULE_IMPLS: dict[str, tuple[str, ...]] = {
     "embedding": ("fused", "one-hot-gemm"),
     "logits": ("fused", "fp32-dot"),
@@ -75,7 +75,7 @@ MODULE_IMPLS: dict[str, tuple[str, ...]] = {
     "activation": ("fused", "transformers-act2fn"),
     "rotary": ("fused", "transformers-rotate-half", "torchtitan-complex"),
     "loss": ("fused", "fp32-logits", "dtensor-loss-parallel", "inductor-fused"),
-    "scores": ("fused", "megatron-2019", "megatron-v1.0", "transformers-gpt2-4.12-amp"),
+    "scores": (*MEGATRON_SCORES, "transformers-gpt2-4.12-amp", "bigscience-2110"),
 }
 
 

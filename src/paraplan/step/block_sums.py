@@ -17,6 +17,7 @@ from paraplan.cost.runtimes import runtime_copy_s, tp_layout_copy_bytes
 from paraplan.cost.moe import EXPERT_GROUPS, expert_group_span, moe_collective_time_and_price_s
 from paraplan.cost.summa import grid_spans
 from paraplan.graph.cp_ring_torch import TORCH_RING_COLLECTIVE
+from paraplan.graph.megatron_softmax import DROPOUT_SCORES
 from paraplan.graph.ops import ExpertShape, LayerGraph, Op
 from paraplan.graph.transformer import LayerShape
 from paraplan.specs.model import ModelSpec
@@ -127,7 +128,9 @@ def _rng_copies_s(block: LayerGraph, system: SystemSpec) -> tuple[float, float]:
     if eff.rng_state_copy_bytes <= 0.0:
         return 0.0, 0.0
     attention = [op for op in block.ops if op.name in ("softmax_dropout", "flash_attention")]
-    dropouts = sum(1 for op in attention if op.kernel is not None and op.kernel[0] == "scores")
+    dropouts = sum(
+        1 for op in attention if op.kernel is not None and op.kernel[0] in DROPOUT_SCORES
+    )
     # a system without a host link is refused first (specs.rules_precision.host_link_rule): no byte term then
     host_bandwidth = system.accelerator.host_bandwidth or math.inf
     return layer_rng_copies_s(eff, host_bandwidth, dropouts, len(attention))
