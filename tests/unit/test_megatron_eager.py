@@ -8,7 +8,7 @@ import pytest
 
 from paraplan.catalog import load_framework
 from paraplan.graph import eager_modules as em
-from paraplan.graph.megatron_eager import BSH_PERMUTE, MATMUL_ADD, eager_layer_ops
+from paraplan.graph.megatron_eager import BIAS_PASS, BSH_PERMUTE, eager_layer_ops
 from paraplan.graph.transformer import LayerShape, decoder_layer_1d, lm_head_block
 from paraplan.specs.model import ModelSpec
 
@@ -23,7 +23,7 @@ MODEL = ModelSpec(
     norm="layernorm",
 )
 TOKENS = 8 * 1024  # micro-batch 8 x sequence 1024
-BOTH = (BSH_PERMUTE, MATMUL_ADD)
+BOTH = (BSH_PERMUTE, BIAS_PASS)
 
 
 def _ops(tp: int, impl=BOTH, attention: str = "unfused", model: ModelSpec = MODEL):
@@ -53,7 +53,7 @@ def test_head_copies_by_hand():
 
 def test_only_where_stated():
     assert _ops(1, impl=()) == {}
-    assert set(_ops(1, impl=(MATMUL_ADD,))) == {"linear_bias_adds"}
+    assert set(_ops(1, impl=(BIAS_PASS,))) == {"linear_bias_adds"}
     assert set(_ops(1, attention="flash")) == {"linear_bias_adds"}  # no batched GEMMs, no copies
     unbiased = MODEL.model_copy(update={"bias": False})
     assert set(_ops(1, model=unbiased)) == {"attention_head_copies"}
@@ -65,7 +65,7 @@ def test_the_2019_and_v1_profiles_state_them_and_megatron_core_does_not():
         ("megatron-lm-v1.0", "megatron-v1.0"),
     ):
         impl = load_framework(name).module_impl
-        assert (impl["linear"], impl["heads"], impl["loss"]) == ("matmul-add", "bsh-permute", loss)
+        assert (impl["linear"], impl["heads"], impl["loss"]) == ("bias-pass", "bsh-permute", loss)
     core = load_framework("megatron-core").module_impl
     assert "linear" not in core and "heads" not in core
 

@@ -54,6 +54,6 @@ MODULE_IMPLS: dict[str, tuple[str, ...]] = {
         "megatron-v1.0",
     ),
     "scores": (*MEGATRON_SCORES, "transformers-gpt2-4.12-amp", "bigscience-2110"),
-    "linear": ("fused", "matmul-add"),  # graph.megatron_eager
+    "linear": ("fused", "bias-pass"),  # graph.megatron_eager
     "heads": ("fused", "bsh-permute"),  # graph.megatron_eager
 }
