@@ -100,7 +100,8 @@ class EagerFields(InputModel):
         description="the implementation of each module role (norm, activation, rotary, loss, embedding, "
         "logits) the stack's model code runs: fused (one kernel per op) or a named composite of eager "
         "element-wise kernels (graph.eager_modules), priced by cost.eager_kernels; MaxText's one-hot "
-        "embedding GEMM and fp32 logits dot (graph.xla_modules)",
+        "embedding GEMM and fp32 logits dot (graph.xla_modules); PyTorch 1.x's separate bias passes and "
+        "[b, s, np, hn] head copies (linear, heads: graph.megatron_eager)",
     )
     softmax_rate_share: Fraction = Field(
         1.0,
