@@ -44,23 +44,24 @@ def test_host_tensor_time_is_the_counted_calls_and_syncs(framework, calls, syncs
 @pytest.mark.parametrize(
     ("name", "params", "bytes_per_param"),
     [
-        ("shoeybi2019-baseline-1.2b-1gpu", PARAMS, 88.0),
+        ("shoeybi2019-baseline-1.2b-1gpu", PARAMS, 94.0),
         ("megatronv1-blog-1.2b-1gpu", PARAMS_1B, 82.0),
     ],
 )
 def test_one_gpu_optimizer_is_its_traffic(name, params, bytes_per_param):
     """On one GPU the step's traffic outlasts its per-tensor host loop: the region is P x B / HBM rate
-    (1.2B: 142.4 ms at 88 B; 87.4 ms at the default 54 B; the v1.0 blog's 1.16B case 1B: 127.2 ms at 82 B)."""
+    (1.2B: 152.2 ms at 94 B, the 88 B of FP16_Optimizer and local DDP and 6 B of AccumulateGrad's add into the
+    zeroed fp16 gradients; 87.4 ms at the default 54 B; the v1.0 blog's 1.16B case 1B: 127.2 ms at 82 B)."""
     case = _case(name)
     got = estimate(case.model, case.system, case.plan).breakdown.optimizer_s
     assert got == pytest.approx(params * bytes_per_param / HBM_RATE, rel=2e-3)
 
 
 def test_tp8_optimizer_is_the_host_loop():
-    """At tp 8 the traffic shrinks eightfold (17.8 ms) but the loop does not: 484 weight tensors (40 x 12,
+    """At tp 8 the traffic shrinks eightfold (19.0 ms) but the loop does not: 484 weight tensors (40 x 12,
     the word and position tables, the final norm's gain and bias; the LM head's weight is the word table it is
     tied to, on the one stage: review finding 8) x 141.8 us + 0.6 ms = 69.2 ms."""
     case = _case("shoeybi2019-tab8-1.2b-tp8")
     got = estimate(case.model, case.system, case.plan).breakdown.optimizer_s
-    assert PARAMS / 8 * 88 / HBM_RATE < got
+    assert PARAMS / 8 * 94 / HBM_RATE < got
     assert got == pytest.approx(HOST_STEP_S + 484 * 141.8 * US, rel=1e-9)

@@ -46,75 +46,13 @@ from functools import lru_cache
 from typing import NamedTuple
 
 from paraplan.graph.hf_scores import gpt2_scores_amp
+from paraplan.graph.losses import FP32, LOGIT_BYTES, LOSS_IMPLS, LossImpl, loss_impl  # noqa: F401 (re-exported)
 from paraplan.graph.megatron_softmax import BIGSCIENCE, FALLBACK_FAMILIES, torch_softmax_fp32
 
-FP32 = 4  # bytes of an fp32 element
 PRECISION_BYTES = {
     "bf16": 2,
     "fp32": FP32,
 }  # a profile's eager_kernels precision -> bytes per element
-# Bytes per logit an fp32-logit loss holds at the start of backward: log_softmax's fp32 output (saved for
-# its backward, 4), nll_loss_backward's fp32 gradient (a zero fill and a scatter, 4) and
-# log_softmax_backward's fp32 output (4), ForCausalLMLoss; the fp32 copy of the logits is freed once
-# log_softmax has read it (log_softmax saves its result, not its input)
-LOGIT_BYTES = 12.0
-
-
-class LossImpl(NamedTuple):
-    """One implementation of the LM head's cross-entropy, per logit (b·(s/c)·V/t of them per GPU): HBM bytes
-    read and written forward and backward, the kernels each way (cost.host counts a fused stack's op as one
-    each way; an eager stack's by cost.host.EAGER_KERNELS), and the bytes per logit the loss holds at the
-    start of backward (cost.memory.lm_head_activation_bytes); where the logits are split over t > 1 tensor-parallel
-    ranks, ``tp_held_bytes`` instead when the implementation states one."""
-
-    fwd_bytes: float
-    bwd_bytes: float
-    kernels: tuple[int, int]
-    held_bytes: float
-    tp_held_bytes: float | None = None
-
-
-LOSS_IMPLS: dict[str, LossImpl] = {
-    # Megatron-LM's vocab-parallel cross-entropy (megatron/core/tensor_parallel/cross_entropy.py
-    # _VocabParallelCrossEntropy): the fp32 logits read and written about three times forward (max, exp-sum,
-    # the softmax kept for backward) and twice backward (the softmax reused in place as the gradient); the
-    # fp32 softmax held, 4 B. The op graph's pricing since issue 1, the default of every profile.
-    "fused": LossImpl(3 * FP32, 2 * FP32, (3, 4), FP32),
-    # eager ``logits.float()`` then F.cross_entropy (transformers loss/loss_utils.py ForCausalLMLoss;
-    # F.cross_entropy under autocast, which keeps cross_entropy on its fp32 list and so upcasts the bf16
-    # logits, aten/src/ATen/autocast_mode.cpp): the same analytical bytes as "fused" (with a kernels table
-    # the profile's eager_kernels loss role prices it from the measured cross_entropy_fp32_fwd_bwd row,
-    # cost.eager_kernels), and in memory LOGIT_BYTES held.
-    "fp32-logits": LossImpl(3 * FP32, 2 * FP32, (3, 4), LOGIT_BYTES),
-    # torchtitan's eager loss, cross_entropy(pred.flatten(0, 1).float(), ...), under torch's loss_parallel() where
-    # tensor parallelism shards the logits on the vocabulary (torchtitan train.py at 9dec370: train_context with
-    # loss_parallel when parallel_dims.loss_parallel_enabled, i.e. TP on and --training.disable_loss_parallel
-    # off): at t = 1 fp32-logits itself; at t > 1 DTensor's custom handlers (torch/distributed/tensor/parallel/
-    # loss.py, 2024-2025) run nll_loss's and log_softmax's backward fused as (grad_input + torch.exp(x)) *
-    # grad_output, which holds the saved log_softmax output x, the zeros_like(x) grad_input, exp(x) and the sum
-    # at once: 4 · 4 = 16 B per local logit (the forward's peak, bf16 logits 2 + fp32 copy 4 + shifted 4 + exp
-    # 4 = 14, is below it). Time as fp32-logits (the same analytical bytes; its extra element-wise passes are
-    # not priced apart).
-    "dtensor-loss-parallel": LossImpl(3 * FP32, 2 * FP32, (3, 4), LOGIT_BYTES, 4 * FP32),
-    # F.cross_entropy on the bf16 logits inside a torch.compile'd graph (TorchInductor, PyTorch 2.x): the
-    # decomposed log_softmax + nll_loss fuses the autocast upcast, the row max, the exp-sum and the pick into
-    # one generated reduction kernel that reads the bf16 row twice (a looped reduction, the row of a 50k
-    # vocabulary exceeding Inductor's persistent-reduction size: the max loop, then the exp-sum loop), 2·2 B,
-    # and writes per-row statistics only; backward one point-wise kernel, exp(x − lse) − onehot scaled by the
-    # incoming gradient, reading the bf16 logits (2 B) and writing their bf16 gradient (2 B). The partitioner
-    # saves the bf16 logits and the per-row statistics for backward, not an fp32 copy (Ansel et al. 2024,
-    # PyTorch 2, ASPLOS '24, §5: reductions fused with their point-wise producers and consumers; the min-cut
-    # partitioner recomputes point-wise ops rather than saving their outputs, §4.2); held as LOGIT_BYTES
-    # counts it, with the gradient backward writes while the saved logits live: 2 + 2 B.
-    "inductor-fused": LossImpl(2 * 2, 2 * 2, (1, 1), 2 + 2),
-}
-
-
-def loss_impl(impl: Mapping[str, str] | tuple[tuple[str, str], ...]) -> LossImpl:
-    """The LOSS_IMPLS entry a stack runs: the ``loss`` of its module_impl (``impl``: the profile's mapping,
-    or impl_key's pairs as graph.transformer.LayerShape.module_impl carries them), "fused" where it names
-    none."""
-    return LOSS_IMPLS[dict(impl).get("loss", "fused")]
 
 
 class Kernel(NamedTuple):

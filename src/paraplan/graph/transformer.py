@@ -17,6 +17,7 @@ from paraplan.graph.ops import Collective, ExpertShape, LayerGraph, Op, mark_rec
 from paraplan.graph.ops import activation_kernel, norm_kernel, query_key_kernels, residual_kernel
 from paraplan.graph.cp_ring import cp_kv_ring, ring_merge_ops
 from paraplan.graph.eager_modules import loss_impl
+from paraplan.graph.megatron_eager import eager_layer_ops
 from paraplan.graph.megatron_softmax import scores_family
 from paraplan.graph.tp_collectives import tp_collectives
 from paraplan.graph.ops import OP_SAC, separate_projections
@@ -305,8 +306,9 @@ def decoder_layer_1d(model: ModelSpec, shape: LayerShape) -> LayerGraph:
     1D tensor parallelism (and 2d-seq's context exchange); graph.layers.decoder_layer picks this or
     the 2D SUMMA grid's graph/summa.py."""
     before, after = _outer_ops(model, shape)
-    ops = [*before, *attention_ops(model, shape), *after]
     h, t, ab, tokens = model.hidden, shape.tp, shape.act_bytes, shape.local_tokens
+    extra = eager_layer_ops(model, tokens, t, ab, shape.module_impl, shape.attention)
+    ops = [*before, *attention_ops(model, shape), *after, *extra]
     collectives = tp_collectives(tokens, h, ab, shape)
     if shape.cp > 1 and shape.tp_layout == "2d-seq":
         collectives += context_gather_collectives(model, shape)

@@ -22,3 +22,38 @@ Activation = Literal["gelu", "gelu_new", "gelu_pytorch_tanh", "silu"]
 # (Megatron-LM core_v0.16.0 megatron/core/transformer/enums.py; full_iteration and mamba aside)
 GraphScopeWord = Literal["none", "attention", "layer", "full_iteration"]
 GraphRegion = Literal["attn", "mlp", "moe", "moe_router", "moe_preprocess"]
+# The implementation a stack runs per module role (graph.eager_modules: "fused", one kernel per op, or eager
+# kernels as the model code runs them; MaxText's: graph.xla_modules; scores bigscience-2110: graph.megatron_softmax;
+# linear and heads: graph.megatron_eager; loss: graph.losses).
+ModuleRole = Literal[
+    "norm",
+    "activation",
+    "rotary",
+    "loss",
+    "scores",
+    "embedding",
+    "logits",
+    "projections",
+    "linear",
+    "heads",
+]
+MEGATRON_SCORES = ("fused", "megatron-2019", "megatron-v1.0")
+MODULE_IMPLS: dict[str, tuple[str, ...]] = {
+    "embedding": ("fused", "one-hot-gemm"),
+    "logits": ("fused", "fp32-dot"),
+    "projections": ("fused", "separate"),
+    "norm": ("fused", "transformers-rmsnorm", "torchtitan-rmsnorm"),
+    "activation": ("fused", "transformers-act2fn"),
+    "rotary": ("fused", "transformers-rotate-half", "torchtitan-complex"),
+    "loss": (
+        "fused",
+        "fp32-logits",
+        "dtensor-loss-parallel",
+        "inductor-fused",
+        "megatron-2019",
+        "megatron-v1.0",
+    ),
+    "scores": (*MEGATRON_SCORES, "transformers-gpt2-4.12-amp", "bigscience-2110"),
+    "linear": ("fused", "bias-pass"),  # graph.megatron_eager
+    "heads": ("fused", "bsh-permute"),  # graph.megatron_eager
+}

@@ -12,6 +12,7 @@ from typing import Annotated, Literal, get_args
 from pydantic import AfterValidator, Field, PrivateAttr, ValidationInfo, field_validator
 
 from paraplan.specs.choices import AttentionKernel, GraphRegion, GraphScopeWord
+from paraplan.specs.choices import MODULE_IMPLS, ModuleRole  # noqa: F401 (re-exported: sweep.params reads them here)
 from paraplan.specs.errors import UnsupportedDtype
 from paraplan.specs.fabric import NetworkSpec, NodeSpec
 from paraplan.specs.quantities import Bytes, BytesPerS, Fraction, Seconds, Share, _quantity  # noqa: F401
@@ -61,22 +62,6 @@ HostKind = Literal["linear", "layer_norm", "sdpa", "activation", "elementwise", 
 # precision each runs in (a framework profile states them: specs.framework.FrameworkSpec.eager_kernels).
 EagerRole = Literal["norm", "activation", "residual", "loss"]
 EagerPrecision = Literal["bf16", "fp32"]
-# The implementation a stack runs per module role (graph.eager_modules: "fused", one kernel per op, or eager
-# kernels as the model code runs them; MaxText's: graph.xla_modules; scores bigscience-2110: graph.megatron_softmax).
-ModuleRole = Literal[
-    "norm", "activation", "rotary", "loss", "scores", "embedding", "logits", "projections"
-]
-MEGATRON_SCORES = ("fused", "megatron-2019", "megatron-v1.0")
-MODULE_IMPLS: dict[str, tuple[str, ...]] = {
-    "embedding": ("fused", "one-hot-gemm"),
-    "logits": ("fused", "fp32-dot"),
-    "projections": ("fused", "separate"),
-    "norm": ("fused", "transformers-rmsnorm", "torchtitan-rmsnorm"),
-    "activation": ("fused", "transformers-act2fn"),
-    "rotary": ("fused", "transformers-rotate-half", "torchtitan-complex"),
-    "loss": ("fused", "fp32-logits", "dtensor-loss-parallel", "inductor-fused"),
-    "scores": (*MEGATRON_SCORES, "transformers-gpt2-4.12-amp", "bigscience-2110"),
-}
 
 
 def _module_impls(value: dict) -> dict:
@@ -115,7 +100,8 @@ class EagerFields(InputModel):
         description="the implementation of each module role (norm, activation, rotary, loss, embedding, "
         "logits) the stack's model code runs: fused (one kernel per op) or a named composite of eager "
         "element-wise kernels (graph.eager_modules), priced by cost.eager_kernels; MaxText's one-hot "
-        "embedding GEMM and fp32 logits dot (graph.xla_modules)",
+        "embedding GEMM and fp32 logits dot (graph.xla_modules); PyTorch 1.x's separate bias passes and "
+        "[b, s, np, hn] head copies (linear, heads: graph.megatron_eager)",
     )
     softmax_rate_share: Fraction = Field(
         1.0,
