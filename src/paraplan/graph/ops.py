@@ -375,6 +375,7 @@ def _with_recompute_flag(op: Op, flag: bool) -> Op:
         op.dtype,
         op.input_grad,
         op.attention_window,
+        op.dgrad_epilogue,
     )
 
 
