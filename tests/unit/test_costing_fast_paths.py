@@ -53,6 +53,7 @@ def test_recompute_flag_copy_equals_replace():
         "tf32",
         False,
         (128, 0.5, 0.03),
+        "dglu_dbias",
     )
     assert set(Op._fields) == {
         "name",
@@ -69,6 +70,7 @@ def test_recompute_flag_copy_equals_replace():
         "dtype",
         "input_grad",
         "attention_window",
+        "dgrad_epilogue",
     }
     for flag in (False, True):
         assert _with_recompute_flag(op, flag) == op._replace(selective_recompute=flag)

@@ -1,7 +1,16 @@
 """Transformer Engine's fused grouped MLP (specs.runtime moe_fused_grouped_mlp, graph.moe_mlp.fuses_grouped_mlp)
 against hand-computed values: the passes it removes and the bytes it stops keeping."""
 
+import pytest
+
 from paraplan.catalog import load_framework, load_model, load_system
+from paraplan.cost.compute import (
+    dglu_dbias_s,
+    gemm_calls,
+    grouped_gemm_time_s,
+    op_times_s,
+    scale_swizzle_s,
+)
 from paraplan.cost.frameworks import framework_system
 from paraplan.graph.moe import ExpertShape, moe_model_layer
 from paraplan.graph.moe_mlp import moe_mlp_activation_bytes
@@ -29,9 +38,9 @@ def test_fused_grouped_mlp_drops_the_clamp_the_sync_and_the_activation_by_hand()
     gone = {"expert_glu_clamp", "activation_host_sync", "expert_activation"}
     assert gone <= set(unfused)
     assert not gone & set(fused)
-    # the GEMMs are the same
+    # the GEMMs are the same; the fc2 dgrad of a model with expert biases is the dGLU + dbias kernel
     assert fused["expert_fc1"] == unfused["expert_fc1"]
-    assert fused["expert_fc2"] == unfused["expert_fc2"]
+    assert fused["expert_fc2"]._replace(dgrad_epilogue=None) == unfused["expert_fc2"]
     # bias: 6 bf16 passes over 16384 x 2880 each way unfused; fused, none forward and one read of the fc2
     # output gradient backward (TE's grouped dbias / dscales kernel): 2 B x 16384 x 2880
     assert unfused["expert_output_bias"].fwd_bytes == 6 * 2 * 16384 * 2880
@@ -101,3 +110,51 @@ def test_a_hybridep_budget_with_the_fused_mlp_needs_no_host_sync():
     synced = _ops("qwen3-30b-a3b", FUSED, hybridep)
     del synced["dispatch_host_sync"]
     assert synced == _ops("qwen3-30b-a3b", budget, hybridep)
+
+
+def test_the_dglu_dbias_kernel_only_where_the_fused_experts_carry_a_bias():
+    # TE runs the fc2 dgrad as cuDNN's grouped_gemm_dglu_wrapper_sm100 with generate_dbias = fc1_op.has_bias:
+    # gpt-oss (biased experts) fused; not unfused, not Qwen3 (no bias)
+    assert _ops("gpt-oss-120b", FUSED, GPT_OSS)["expert_fc2"].dgrad_epilogue == "dglu_dbias"
+    assert _ops("gpt-oss-120b", FP8, GPT_OSS)["expert_fc2"].dgrad_epilogue is None
+    assert _ops("qwen3-30b-a3b", FUSED, QWEN)["expert_fc2"].dgrad_epilogue is None
+
+
+def test_dglu_dbias_s_by_hand():
+    # cudnn-frontend PR #322: 1362.768 us with the regression, 155.632 us after the fix: r = 8.756
+    assert dglu_dbias_s(0.5e-3, 8.756) == pytest.approx(4.378e-3, rel=1e-12)
+    assert dglu_dbias_s(0.5e-3, 1.0) == 0.5e-3
+    assert load_framework("megatron-bridge-26.06.01-mxfp8").moe_dglu_dbias_ratio == pytest.approx(
+        1362.768 / 155.632, abs=5e-4
+    )
+    # the releases around it: v0.5.0 (cudnn-frontend 1.23.0) and v0.6.0 (1.26.0)
+    for name in ("megatron-bridge-26.06-mxfp8", "megatron-bridge-26.08-mxfp8"):
+        assert load_framework(name).moe_dglu_dbias_ratio == 1.0
+
+
+def test_the_regressed_release_multiplies_the_fc2_dgrad_call_alone_by_hand():
+    # gpt-oss-120b over EP 64: 2 local experts x 8192 rows; fc2 forward (2, 8192, 2880, 2880), its dgrad call
+    # (2, 8192, 2880, 2880) of 2 x 2 x 8192 x 2880^2 FLOPs, its wgrad (2, 2880, 2880, 8192) of as many
+    op = _ops("gpt-oss-120b", FUSED, GPT_OSS)["expert_fc2"]
+    flops = 2.0 * 2 * 8192 * 2880 * 2880
+    calls = gemm_calls(op.fwd_flops, op.bwd_flops, op.gemm_shape, op.input_grad)
+    assert calls == [
+        (flops, (2, 8192, 2880, 2880)),
+        (flops, (2, 8192, 2880, 2880)),
+        (flops, (2, 2880, 2880, 8192)),
+    ]
+    gb300 = load_system("gb300-nvl72")
+    before = framework_system(load_framework("megatron-bridge-26.06-mxfp8"), gb300).accelerator
+    after = framework_system(load_framework("megatron-bridge-26.06.01-mxfp8"), gb300).accelerator
+
+    def call(flops, shape, acc):
+        return grouped_gemm_time_s(flops, shape, acc, "fp8") + scale_swizzle_s(shape, acc, "fp8")
+
+    dgrad, wgrad = call(*calls[1], before), call(*calls[2], before)
+    forward, backward = op_times_s(op, before, "fp8")
+    assert backward == pytest.approx(dgrad + wgrad, rel=1e-12)
+    regressed = op_times_s(op, after, "fp8")
+    assert regressed[0] == forward
+    assert regressed[1] == pytest.approx(8.756 * dgrad + wgrad, rel=1e-12)
+    # the same op without the marker (no bias) is priced as before under the regressed release
+    assert op_times_s(op._replace(dgrad_epilogue=None), after, "fp8") == (forward, backward)

@@ -419,6 +419,20 @@ def gemm_calls(
     return [(fwd_flops, shape), (half, (b, m, k, n)), (half, (b, k, n, m))]
 
 
+def dglu_dbias_s(gemm_s: float, ratio: float) -> float:
+    """Seconds of the fused grouped MLP's dGLU + dbias kernel (Op.dgrad_epilogue "dglu_dbias": the fc2 dgrad
+    grouped GEMM, the GLU backward and the fc1 bias gradient reduced in its epilogue) whose GEMM is priced
+    ``gemm_s``: t = r · gemm_s, r = efficiency.runtime.moe_dglu_dbias_ratio, a release's measured time of that
+    kernel over its time in the releases around it. cuDNN frontend 1.24.0 and 1.25.0 under CUTLASS DSL 4.5
+    (NVIDIA/cudnn-frontend issue #256, 'grouped_gemm_dglu_wrapper_sm100 became slower between 1.23.0 and
+    1.24.0'; pull request #322, merged 2026-06-23: the dbias reduction loop spilled to local memory) time it at
+    1362.768 µs against 155.632 µs after the fix (138.960-139.392 µs without dbias, before and after), on SM100
+    at the issue's shape: r = 1362.768 / 155.632 = 8.756. The ratio holds at another row count of the same N
+    and K, since the main loop and the epilogue's per-tile reduction both scale with the output tiles; the
+    issue's dGeGLU + dbias workload is GPT-OSS's (hidden 2880, expert width 2880 in the 20B and 120B models)."""
+    return gemm_s * ratio
+
+
 def op_times_s(op: Op, acc: AcceleratorSpec, dtype: str) -> tuple[float, float]:
     """(forward, backward) time of one op: GEMMs on tensor cores, fused attention, or HBM-bound (an eager
     stack's norms, activations, residual adds and loss from the measured kernels where the system's table
@@ -435,7 +449,12 @@ def op_times_s(op: Op, acc: AcceleratorSpec, dtype: str) -> tuple[float, float]:
             return time(flops, shape, acc, gemm_dtype) + scale_swizzle_s(shape, acc, gemm_dtype)
 
         (fwd, shape), *bwd = gemm_calls(op.fwd_flops, op.bwd_flops, op.gemm_shape, op.input_grad)
-        return call(fwd, shape), sum(call(f, s) for f, s in bwd)
+        backward = [call(f, s) for f, s in bwd]
+        if (
+            op.dgrad_epilogue == "dglu_dbias" and op.input_grad
+        ):  # the dgrad call is the fused dGLU kernel
+            backward[0] = dglu_dbias_s(backward[0], acc.efficiency.runtime.moe_dglu_dbias_ratio)
+        return call(fwd, shape), sum(backward)
     if op.kind == "host_sync":  # no kernel: its GPU idle is priced on the host (cost.host)
         return 0.0, 0.0
     if op.kind == "attention":

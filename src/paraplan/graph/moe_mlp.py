@@ -91,7 +91,7 @@ def expert_ops(model: ModelSpec, shape: LayerShape, expert: ExpertShape) -> list
     if not fused_mlp:
         width = 3 if model.mlp == "swiglu" else 2
         ops.append(_memory("expert_activation", ab * local * m * f * width))
-    ops.append(_grouped_gemm("expert_fc2", local, m, h, f))
+    ops.append(_fc2_op(model, local, m, f, fused_mlp))
     if model.has_bias:
         ops.append(
             fused_output_bias_op(ab, h, local * m)
@@ -105,6 +105,19 @@ def expert_ops(model: ModelSpec, shape: LayerShape, expert: ExpertShape) -> list
     if host_synchronises(expert, shape):
         ops.append(Op("dispatch_host_sync", "host_sync", 0.0, 0.0, 0.0, 0.0))
     return ops
+
+
+def _fc2_op(model: ModelSpec, local: int, m: int, width: float, fused_mlp: bool) -> Op:
+    """The experts' fc2 grouped GEMM (``local`` experts of m rows, n = h, k = ``width``). Under the fused grouped
+    MLP (fuses_grouped_mlp) of a GLU model whose experts carry a bias, its data gradient is the dGLU kernel that
+    also reduces the fc1 bias gradient in its epilogue: Transformer Engine b9d690e04 / 4329ff84
+    transformer_engine/pytorch/ops/fused/backward_grouped_mlp.py / grouped_mlp.py call cuDNN frontend's
+    grouped_gemm_dglu_wrapper_sm100 with generate_dbias = fc1_op.has_bias (Op.dgrad_epilogue "dglu_dbias",
+    priced by cost.compute.dglu_dbias_s); without a bias, or unfused, a plain GEMM's data gradient."""
+    op = _grouped_gemm("expert_fc2", local, m, model.hidden, width)
+    if fused_mlp and model.has_bias and model.mlp_input_projections == 2:
+        return op._replace(dgrad_epilogue="dglu_dbias")
+    return op
 
 
 def expert_output_bias_op(act_bytes: int, hidden: int, rows: float) -> Op:

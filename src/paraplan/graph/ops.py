@@ -68,6 +68,10 @@ class Op(NamedTuple):
     # layers windowed, score share of a windowed layer); its time is the share-weighted mean of its windowed
     # and full layers' (a full layer's score share follows from attention_call: cost.attention_time)
     attention_window: tuple[int, float, float] | None = None
+    # the fused kernel a GEMM's data gradient runs as, where a stack prices that kernel apart from the GEMM
+    # (cost.compute.op_times_s): "dglu_dbias", the fused grouped MLP's fc2 dgrad with the GLU backward and the
+    # fc1 bias gradient reduced in its epilogue (graph.moe_mlp.expert_ops, cost.compute.dglu_dbias_s)
+    dgrad_epilogue: str | None = None
 
 
 def norm_kernel(model: ModelSpec, rows: float, width: float) -> tuple[str, float, float]:
@@ -371,6 +375,7 @@ def _with_recompute_flag(op: Op, flag: bool) -> Op:
         op.dtype,
         op.input_grad,
         op.attention_window,
+        op.dgrad_epilogue,
     )
 
 

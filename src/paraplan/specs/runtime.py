@@ -59,6 +59,15 @@ class StackRuntimeFields(InputModel):
         "not need to use sync'): graph.moe_mlp.host_synchronises. Tokens beyond the budget would be dropped; "
         "False: the budget unset, the dropless dispatch synchronises",
     )
+    moe_dglu_dbias_ratio: float = Field(
+        1.0,
+        ge=1.0,
+        description="the fused grouped MLP's backward kernel where the experts carry a bias (the fc2 data-gradient "
+        "grouped GEMM with the GLU backward and the fc1 bias gradient reduced in its epilogue: cuDNN frontend "
+        "grouped_gemm_dglu_wrapper_sm100 with generate_dbias) runs this many times the time of that kernel in the "
+        "releases around it: a release's measured slowdown of that one kernel (cost.compute.dglu_dbias_s); 1: "
+        "no slowdown",
+    )
     zero3_pp_reshard: bool = Field(
         True,
         description="ZeRO-3 / FSDP under pipeline parallelism: each layer's gathered weights are freed after its "
