@@ -29,12 +29,15 @@ HEAVY = (
     "paraplan.step.estimate",
     "paraplan.search.run",
 )
-# what `paraplan search` imports and reads before it searches (the catalog entries of the README's search)
+# what `paraplan search` imports and reads before it searches (the catalog entries of the README's search),
+# under the settings `main` runs a command with (cli.main.command_settings: no collection of start-up's objects,
+# no pydantic plugin scan, one OpenBLAS thread)
 SEARCH_START = (
-    "from paraplan.cli.main import main\n"
-    "import paraplan.search.run, paraplan.report.search_view\n"
-    "from paraplan.catalog import load_model, load_system\n"
-    "load_model('gpt3-175b'); load_system('dgx-a100-80gb')"
+    "from paraplan.cli.main import command_settings, main\n"
+    "with command_settings():\n"
+    "    import paraplan.search.run, paraplan.report.search_view\n"
+    "    from paraplan.catalog import load_model, load_system\n"
+    "    load_model('gpt3-175b'); load_system('dgx-a100-80gb')"
 )
 
 

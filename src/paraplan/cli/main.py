@@ -10,6 +10,7 @@ represent, and — as a last resort — an internal error, reported as ``error: 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import copy
 import errno
 import functools
@@ -255,8 +256,17 @@ COLLECT_AFTER = 100_000
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Console entry point: run ``app``; input errors -> one stderr line and exit 2. The cyclic collector runs
-    every COLLECT_AFTER allocations meanwhile; the caller's thresholds are back after."""
+    """Console entry point: run ``app`` under :func:`command_settings`; input errors -> one stderr line and
+    exit 2."""
+    with command_settings():
+        _main(list(sys.argv[1:] if argv is None else argv))
+
+
+@contextlib.contextmanager
+def command_settings():
+    """The process settings a command runs under (benchmarks/cli_startup.py measures a search's start-up under
+    them too). The cyclic collector runs every COLLECT_AFTER allocations meanwhile; the caller's thresholds are
+    back after."""
     # a command does no multi-threaded linear algebra: the OpenBLAS thread pool numpy starts when it loads
     # costs ~0.04 s of CPU per process for nothing (issue 31); nor do its specs take pydantic plugins
     # (third-party validation hooks, found by scanning every installed distribution's entry points when the
@@ -267,7 +277,7 @@ def main(argv: list[str] | None = None) -> None:
     thresholds = gc.get_threshold()
     gc.set_threshold(COLLECT_AFTER, *thresholds[1:])
     try:
-        _main(list(sys.argv[1:] if argv is None else argv))
+        yield
     finally:
         gc.set_threshold(*thresholds)
 

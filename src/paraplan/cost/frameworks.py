@@ -31,14 +31,15 @@ from paraplan.cost.attention import converted_attention_fraction, effective_kern
 from paraplan.cost.memory import PRECISION_AWARE_STATES, precision_aware_step_bytes
 from paraplan.cost.runtimes import runtime_costs
 from paraplan.specs.fields import with_fields
-from paraplan.specs.framework import FrameworkSpec
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.plan import RUNTIME_FIELDS, runtime_of
 from paraplan.specs.system import AcceleratorSpec, EagerFields, HostFields, SystemSpec
 
-# the cluster specs load with a cluster (issue 31: a uniform plan's start-up needs none)
+# the cluster specs load with a cluster, a framework profile's with a profile (catalog.load_framework; issue 31: a
+# uniform plan's start-up needs neither)
 if TYPE_CHECKING:
     from paraplan.specs.cluster import ClusterSpec
+    from paraplan.specs.framework import FrameworkSpec
 
 PLAN_DEFAULTS = (
     "attention",

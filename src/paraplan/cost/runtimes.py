@@ -28,10 +28,14 @@ stack's ``eager_traffic_factor``, which prices the op graph's unfused element-wi
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from paraplan.cost.memory import GRAD_BYTES
 from paraplan.cost.moe_host import sync_drain_s
-from paraplan.specs.framework import FrameworkSpec
 from paraplan.specs.runtime import RuntimeCosts, StackRuntimeFields
+
+if TYPE_CHECKING:  # a framework profile's spec loads with a profile (catalog.load_framework)
+    from paraplan.specs.framework import FrameworkSpec
 
 # bytes per element (FSDP1 and FSDP2): the sharded parameters stay in fp32 under MixedPrecisionPolicy (the optimizer's
 # copy), param_dtype bf16 is what the all-gather moves and the layer computes with (torchtitan

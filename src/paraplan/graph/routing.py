@@ -9,9 +9,8 @@ import math
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from paraplan.catalog.expert_loads import ExpertLoadFigure, default_load_figure
-
 if TYPE_CHECKING:  # pragma: no cover
+    from paraplan.catalog.expert_loads import ExpertLoadFigure
     from paraplan.graph.ops import ExpertShape
     from paraplan.specs.model import ModelSpec
 
@@ -72,6 +71,10 @@ def expert_cv_of(fig: ExpertLoadFigure) -> float:
 def published_expert_cv(balancing: str | None, coefficient: float | None) -> float:
     """c of the default published figure measured at this balancing method and coefficient
     (catalog.expert_loads.default_load_figure, expert_cv_of); 0 where none is published."""
+    from paraplan.catalog.expert_loads import (  # here: a dense model's start-up reads no load figures
+        default_load_figure,
+    )
+
     fig = default_load_figure(balancing, coefficient)
     return expert_cv_of(fig) if fig is not None else 0.0
 

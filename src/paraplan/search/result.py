@@ -97,6 +97,8 @@ class RankedPlan:
 
 @dataclass
 class SearchResult:
+    """A search's answer: the ranked plans, the counts of the space searched and what the report shows beside."""
+
     plans: list[RankedPlan]
     candidates: int  # size of the canonical space
     evaluated: int

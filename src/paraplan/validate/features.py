@@ -14,15 +14,18 @@ validate.residuals stores both with each case's cross-validated residual."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from paraplan.catalog import MEGATRON_STACK, framework_stack
 from paraplan.cost.comm import group_span
 from paraplan.graph.params import parameter_counts
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.moe_model import moe_shaped
-from paraplan.specs.framework import FrameworkSpec
 from paraplan.specs.plan import PlanSpec
 from paraplan.specs.system import LOW_PRECISION, SystemSpec
+
+if TYPE_CHECKING:  # a framework profile's spec loads with a profile (catalog.load_framework)
+    from paraplan.specs.framework import FrameworkSpec
 
 SEQ_BUCKETS = (2048, 8192, 32768)  # sequence-length ranges: <=2k, <=8k, <=32k, longer
 GPU_BUCKETS = (64, 512, 2048)  # scale ranges: <=64, <=512, <=2048, larger
