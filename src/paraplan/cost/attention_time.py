@@ -73,7 +73,9 @@ def fp8_backward_window(acc: AcceleratorSpec, dtype: str, window: int | None) ->
     times the backward at 2k / 4k / 8k / 16k / 32k tokens: bf16 0.227 / 0.442 / 0.862 / 1.712 / 3.450 ms on
     a GB300, linear in s (the band's tiles); MXFP8 0.581 / 1.871 / 6.648 / 24.996 / 96.913 ms (FP8 0.467 /
     1.480 / 5.189 / 19.354 / 74.763 ms), quadratic in s: the causal triangle (GB200 at 4k: bf16 0.465,
-    MXFP8 2.080 ms). The forward keeps the window (MXFP8 0.092 / 0.175 / 0.342 / 0.676 / 1.345 ms). Full
+    MXFP8 2.080 ms). The later runs keep it: gb300/gpt_oss_20260707_182017.csv (cuDNN 9.24.0) MXFP8 4k
+    backward 1.878 ms against bf16 0.440, gb200/gpt_oss_20260813_110803.csv (cuDNN 9.27.0) 2.070 against
+    0.458 ms. The forward keeps the window (MXFP8 0.092 / 0.175 / 0.342 / 0.676 / 1.345 ms). Full
     causal layers run no slower in MXFP8 than in bf16 (the DeepSeek-V3 rows of the same benchmark,
     dsv3/gb300: 4k causal backward 2.348 against 3.127 ms), so only a window changes. Transformer Engine
     takes this kernel for a windowed layer with learnable sinks from cuDNN 9.21 (TransformerEngine
