@@ -68,6 +68,14 @@ class StackRuntimeFields(InputModel):
         "releases around it: a release's measured slowdown of that one kernel (cost.compute.dglu_dbias_s); 1: "
         "no slowdown",
     )
+    fp8_dot_product_attention: bool = Field(
+        False,
+        description="fp8 and FP4 runs run the fused attention in fp8 too (Megatron-Core fp8_dot_product_attention: "
+        "Transformer Engine's fp8_dpa, cuDNN's FP8 / MXFP8 SDPA through FusedAttention). The model prices one "
+        "effect of it: that kernel's backward visits every causal key tile of a layer with a sliding window "
+        "(cost.attention_time.fp8_backward_window); its rate stays the attention rate of bf16 (no fp8 speed-up "
+        "priced). False: the attention runs in bf16",
+    )
     zero3_pp_reshard: bool = Field(
         True,
         description="ZeRO-3 / FSDP under pipeline parallelism: each layer's gathered weights are freed after its "
