@@ -54,6 +54,7 @@ def test_recompute_flag_copy_equals_replace():
         False,
         (128, 0.5, 0.03),
         "dglu_dbias",
+        True,
     )
     assert set(Op._fields) == {
         "name",
@@ -71,6 +72,7 @@ def test_recompute_flag_copy_equals_replace():
         "input_grad",
         "attention_window",
         "dgrad_epilogue",
+        "one_kernel",
     }
     for flag in (False, True):
         assert _with_recompute_flag(op, flag) == op._replace(selective_recompute=flag)

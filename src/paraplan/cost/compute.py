@@ -388,12 +388,21 @@ GROUPED_GEMM_IMPLEMENTATIONS = {
 
 
 def grouped_gemm_time_s(
-    flops: float, shape: tuple[int, int, int, int], acc: AcceleratorSpec, dtype: str
+    flops: float,
+    shape: tuple[int, int, int, int],
+    acc: AcceleratorSpec,
+    dtype: str,
+    one_kernel: bool = False,
 ) -> float:
     """b expert GEMMs of (m, n, k) by the stack's grouped-GEMM implementation
-    (efficiency.runtime.grouped_gemm, specs.runtime: GROUPED_GEMM_IMPLEMENTATIONS)."""
+    (efficiency.runtime.grouped_gemm, specs.runtime: GROUPED_GEMM_IMPLEMENTATIONS); ``one_kernel`` (Op.one_kernel:
+    Transformer Engine's fused grouped MLP, graph.moe_mlp.fuses_grouped_mlp, whose cuDNN CuTe DSL kernels run
+    every local expert's block-scaled GEMM in one launch) by ``one_kernel_grouped_s`` whatever the stack's
+    implementation: the dense rate of ``dtype``, not the per-expert loop's fitted fp8 share."""
     if flops <= 0:
         return 0.0
+    if one_kernel:
+        return one_kernel_grouped_s(flops, shape, acc, dtype)
     implementation = GROUPED_GEMM_IMPLEMENTATIONS[acc.efficiency.runtime.grouped_gemm]
     return implementation(flops, shape, acc, dtype)
 
@@ -440,13 +449,16 @@ def op_times_s(op: Op, acc: AcceleratorSpec, dtype: str) -> tuple[float, float]:
     ``dtype``); one whose input needs no gradient (``op.input_grad`` False) runs dW alone in backward."""
     if op.kind in ("gemm", "grouped_gemm"):
         assert op.gemm_shape is not None
-        time = gemm_time_s if op.kind == "gemm" else grouped_gemm_time_s
         gemm_dtype = op.dtype or dtype
 
         def call(flops: float, shape: tuple) -> float:  # one GEMM call and its scale swizzles
             if flops <= 0:
                 return 0.0
-            return time(flops, shape, acc, gemm_dtype) + scale_swizzle_s(shape, acc, gemm_dtype)
+            if op.kind == "gemm":
+                kernel = gemm_time_s(flops, shape, acc, gemm_dtype)
+            else:
+                kernel = grouped_gemm_time_s(flops, shape, acc, gemm_dtype, op.one_kernel)
+            return kernel + scale_swizzle_s(shape, acc, gemm_dtype)
 
         (fwd, shape), *bwd = gemm_calls(op.fwd_flops, op.bwd_flops, op.gemm_shape, op.input_grad)
         backward = [call(f, s) for f, s in bwd]

@@ -118,7 +118,7 @@ def op_kernels(
     act_bytes: int = 2,
 ) -> tuple[int, int]:
     """(forward, backward) kernels one op launches (module docstring): GEMM (1, 2), grouped GEMM (b, 2b) over its
-    b local experts, fused attention (1, 3), a host synchronisation (0, 0); an element-wise op (1, 1) when fused
+    b local experts ((1, 2) run as one kernel, Op.one_kernel), fused attention (1, 3), a host synchronisation (0, 0); an element-wise op (1, 1) when fused
     (1, 0 without backward bytes), EAGER_KERNELS by name when ``eager`` (a LayerNorm's backward with its
     LAYERNORM_ZERO_FILL, attention with EAGER_ATTENTION_EXTRA). A weight GEMM with a bias (``bias``; the q/k/v
     projection by ``qkv_bias``; never the LM head) adds the bias-gradient reduction backward. With ``autocast``
@@ -137,8 +137,8 @@ def op_kernels(
             casts = (1 + has_bias) if autocast else 0
             fwd, bwd = fwd + casts, bwd + casts + has_bias
         return fwd, bwd
-    if op.kind == "grouped_gemm":
-        experts = op.gemm_shape[0] if op.gemm_shape else 1
+    if op.kind == "grouped_gemm":  # one GEMM per expert, or one over all (Op.one_kernel)
+        experts = op.gemm_shape[0] if op.gemm_shape and not op.one_kernel else 1
         return experts * GEMM_KERNELS[0], experts * GEMM_KERNELS[1]
     if op.kind == "attention":
         extra = EAGER_ATTENTION_EXTRA if eager else (0, 0)

@@ -45,10 +45,13 @@ def routed_rows(model: ModelSpec, shape: LayerShape, expert: ExpertShape) -> flo
     return moe_tokens(shape) * model.top_k * expert.etp * load
 
 
-def _grouped_gemm(name: str, experts: int, m: int, n: float, k: float) -> Op:
-    """Grouped GEMM of ``experts`` (m, n, k) GEMMs: FLOPs as graph.transformer._gemm, costed per expert
-    by cost.compute.grouped_gemm_time_s."""
-    return _gemm(name, experts, m, n, k, "grouped_gemm")
+def _grouped_gemm(
+    name: str, experts: int, m: int, n: float, k: float, one_kernel: bool = False
+) -> Op:
+    """Grouped GEMM of ``experts`` (m, n, k) GEMMs: FLOPs as graph.transformer._gemm, costed by
+    cost.compute.grouped_gemm_time_s (``one_kernel``: one kernel over the experts, Op.one_kernel)."""
+    op = _gemm(name, experts, m, n, k, "grouped_gemm")
+    return op._replace(one_kernel=True) if one_kernel else op
 
 
 def router_ops(model: ModelSpec, shape: LayerShape) -> list[Op]:
@@ -72,7 +75,8 @@ def expert_ops(model: ModelSpec, shape: LayerShape, expert: ExpertShape) -> list
     dispatch adds one host synchronisation (host_synchronises). Grouped GEMMs: E/ep experts
     each with m = ⌈R/(E/ep)⌉ rows, fc1 n = p·f_e/etp, fc2 n = h. Hybrid-EP has no permute or
     un-permute pass, its sort passes stay (fuses_permutes). Transformer Engine's fused grouped MLP runs the
-    activation, its clamp and the bias in the GEMMs' epilogues (fuses_grouped_mlp)."""
+    activation, its clamp and the bias in the GEMMs' epilogues and each GEMM as one kernel over the experts
+    (fuses_grouped_mlp)."""
     h, ab, f = model.hidden, shape.act_bytes, (model.moe_ffn_hidden or 0) // expert.etp
     tokens = moe_tokens(shape)
     rows = routed_rows(model, shape, expert)
@@ -84,8 +88,8 @@ def expert_ops(model: ModelSpec, shape: LayerShape, expert: ExpertShape) -> list
     ops = [] if fused else [_memory("permute", ab * h * (tokens + sent))]
     if local > 1:  # permutation 2: received rows re-sorted from source-rank order to expert order
         ops.append(_memory("sort_chunks", 2 * ab * h * sent))
-    ops.append(_grouped_gemm("expert_fc1", local, m, p * f, h))
     fused_mlp = fuses_grouped_mlp(shape)
+    ops.append(_grouped_gemm("expert_fc1", local, m, p * f, h, fused_mlp))
     if model.glu_clamp is not None and not fused_mlp:
         ops += clamped_glu_ops(ab, local * m, p * f)
     if not fused_mlp:
@@ -113,8 +117,9 @@ def _fc2_op(model: ModelSpec, local: int, m: int, width: float, fused_mlp: bool)
     also reduces the fc1 bias gradient in its epilogue: Transformer Engine b9d690e04 / 4329ff84
     transformer_engine/pytorch/ops/fused/backward_grouped_mlp.py / grouped_mlp.py call cuDNN frontend's
     grouped_gemm_dglu_wrapper_sm100 with generate_dbias = fc1_op.has_bias (Op.dgrad_epilogue "dglu_dbias",
-    priced by cost.compute.dglu_dbias_s); without a bias, or unfused, a plain GEMM's data gradient."""
-    op = _grouped_gemm("expert_fc2", local, m, model.hidden, width)
+    priced by cost.compute.dglu_dbias_s); without a bias, or unfused, a plain GEMM's data gradient. Fused, it
+    runs as one kernel over the experts (Op.one_kernel, fuses_grouped_mlp)."""
+    op = _grouped_gemm("expert_fc2", local, m, model.hidden, width, fused_mlp)
     if fused_mlp and model.has_bias and model.mlp_input_projections == 2:
         return op._replace(dgrad_epilogue="dglu_dbias")
     return op
@@ -148,9 +153,13 @@ def fuses_grouped_mlp(shape: LayerShape) -> bool:
     probabilities and writes the fc2 input quantised (cuDNN grouped_gemm_glu_wrapper_sm100), one the fc2
     grouped GEMM with the probability-scaled bias (grouped_gemm_quant_wrapper_sm100, bias_tensor and
     prob_tensor); backward, the fc2 dgrad GEMM with the GLU backward and the probabilities' gradient
-    (grouped_gemm_dglu_wrapper_sm100). So no ``expert_activation`` pass, no clamp kernels and no
-    ``torch.tensor`` host synchronisation (clamped_glu_ops), and the bias's only pass is its backward
-    reduction (fused_output_bias_op)."""
+    (grouped_gemm_dglu_wrapper_sm100), and the weight gradients by cuDNN's grouped wgrad kernel or one
+    nvte_grouped_gemm call (TransformerEngine b9d690e04 ops/fused/backward_grouped_mlp.py _cudnn_compute_wgrad,
+    general_grouped_gemm_for_grouped_tensor). So each expert GEMM is one block-scaled kernel over every local
+    expert, not Transformer Engine's GroupedLinear loop of one cuBLAS GEMM per expert (expert_ops builds fc1 and
+    fc2 with Op.one_kernel), no ``expert_activation`` pass, no clamp kernels and no ``torch.tensor`` host
+    synchronisation (clamped_glu_ops), and the bias's only pass is its backward reduction
+    (fused_output_bias_op)."""
     return shape.fused_grouped_mlp and shape.dtype in ("fp8", "nvfp4")
 
 

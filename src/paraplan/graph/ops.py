@@ -72,6 +72,9 @@ class Op(NamedTuple):
     # (cost.compute.op_times_s): "dglu_dbias", the fused grouped MLP's fc2 dgrad with the GLU backward and the
     # fc1 bias gradient reduced in its epilogue (graph.moe_mlp.expert_ops, cost.compute.dglu_dbias_s)
     dgrad_epilogue: str | None = None
+    # a grouped GEMM run as one kernel over its experts whatever the stack's grouped_gemm implementation (Transformer
+    # Engine's fused grouped MLP, graph.moe_mlp.fuses_grouped_mlp): cost.compute.grouped_gemm_time_s
+    one_kernel: bool = False
 
 
 def norm_kernel(model: ModelSpec, rows: float, width: float) -> tuple[str, float, float]:
@@ -376,6 +379,7 @@ def _with_recompute_flag(op: Op, flag: bool) -> Op:
         op.input_grad,
         op.attention_window,
         op.dgrad_epilogue,
+        op.one_kernel,
     )
 
 
