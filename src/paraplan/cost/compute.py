@@ -388,21 +388,16 @@ GROUPED_GEMM_IMPLEMENTATIONS = {
 
 
 def grouped_gemm_time_s(
-    flops: float,
-    shape: tuple[int, int, int, int],
-    acc: AcceleratorSpec,
-    dtype: str,
-    one_kernel: bool = False,
+    flops: float, shape: tuple[int, int, int, int], acc: AcceleratorSpec, dtype: str
 ) -> float:
     """b expert GEMMs of (m, n, k) by the stack's grouped-GEMM implementation
-    (efficiency.runtime.grouped_gemm, specs.runtime: GROUPED_GEMM_IMPLEMENTATIONS); ``one_kernel`` (Op.one_kernel:
-    Transformer Engine's fused grouped MLP, graph.moe_mlp.fuses_grouped_mlp, whose cuDNN CuTe DSL kernels run
-    every local expert's block-scaled GEMM in one launch) by ``one_kernel_grouped_s`` whatever the stack's
-    implementation: the dense rate of ``dtype``, not the per-expert loop's fitted fp8 share."""
+    (efficiency.runtime.grouped_gemm, specs.runtime: GROUPED_GEMM_IMPLEMENTATIONS). An op marked ``one_kernel``
+    (Op.one_kernel: Transformer Engine's fused grouped MLP, graph.moe_mlp.fuses_grouped_mlp, whose cuDNN CuTe DSL
+    kernels run every local expert's block-scaled GEMM in one launch) is priced by ``one_kernel_grouped_s``
+    whatever the stack's implementation (``op_times_s``): the dense rate of ``dtype``, not the per-expert loop's
+    fitted fp8 share."""
     if flops <= 0:
         return 0.0
-    if one_kernel:
-        return one_kernel_grouped_s(flops, shape, acc, dtype)
     implementation = GROUPED_GEMM_IMPLEMENTATIONS[acc.efficiency.runtime.grouped_gemm]
     return implementation(flops, shape, acc, dtype)
 
@@ -456,8 +451,10 @@ def op_times_s(op: Op, acc: AcceleratorSpec, dtype: str) -> tuple[float, float]:
                 return 0.0
             if op.kind == "gemm":
                 kernel = gemm_time_s(flops, shape, acc, gemm_dtype)
+            elif op.one_kernel:  # every local expert in one launch (grouped_gemm_time_s)
+                kernel = one_kernel_grouped_s(flops, shape, acc, gemm_dtype)
             else:
-                kernel = grouped_gemm_time_s(flops, shape, acc, gemm_dtype, op.one_kernel)
+                kernel = grouped_gemm_time_s(flops, shape, acc, gemm_dtype)
             return kernel + scale_swizzle_s(shape, acc, gemm_dtype)
 
         (fwd, shape), *bwd = gemm_calls(op.fwd_flops, op.bwd_flops, op.gemm_shape, op.input_grad)

@@ -57,20 +57,9 @@ def torch_softmax_fp32(
     from cache), softmax 8, cast back 4 + i, dropout 2i + 1]: 41 B at i = 2 (6 kernels); backward [dropout 2i + 1,
     the cast's i + 4, softmax_backward on its fp32 output 12, masked_fill 8, * scale 8, the upcast's 4 + i]:
     45 B (6 kernels). Saved: the fp32 softmax output and the dropout mask, 4 + 1."""
-    forward = (
-        ("_to_copy", i + FP32),
-        ("mul", 2 * FP32),
-        ("masked_fill_", 2 * FP32),
-        ("softmax", 2 * FP32),
-        ("_to_copy", FP32 + i),
-    )
-    backward = (
-        ("_to_copy", i + FP32),
-        ("softmax_backward", 3 * FP32),
-        ("masked_fill", 2 * FP32),
-        ("mul", 2 * FP32),
-        ("_to_copy", FP32 + i),
-    )
+    upcast, scale, cast_back = ("_to_copy", i + FP32), ("mul", 2 * FP32), ("_to_copy", FP32 + i)
+    forward = (upcast, scale, ("masked_fill_", 2 * FP32), ("softmax", 2 * FP32), cast_back)
+    backward = (upcast, ("softmax_backward", 3 * FP32), ("masked_fill", 2 * FP32), scale, cast_back)
     drop = (("dropout", 2 * i + 1),) if dropout else ()
     back = (("dropout_backward", 2 * i + 1),) if dropout else ()
     return (*forward, *drop), (*back, *backward), FP32 + dropout

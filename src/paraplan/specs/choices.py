@@ -25,18 +25,6 @@ GraphRegion = Literal["attn", "mlp", "moe", "moe_router", "moe_preprocess"]
 # The implementation a stack runs per module role (graph.eager_modules: "fused", one kernel per op, or eager
 # kernels as the model code runs them; MaxText's: graph.xla_modules; scores bigscience-2110: graph.megatron_softmax;
 # linear and heads: graph.megatron_eager; loss: graph.losses).
-ModuleRole = Literal[
-    "norm",
-    "activation",
-    "rotary",
-    "loss",
-    "scores",
-    "embedding",
-    "logits",
-    "projections",
-    "linear",
-    "heads",
-]
 MEGATRON_SCORES = ("fused", "megatron-2019", "megatron-v1.0")
 MODULE_IMPLS: dict[str, tuple[str, ...]] = {
     "embedding": ("fused", "one-hot-gemm"),
@@ -57,3 +45,4 @@ MODULE_IMPLS: dict[str, tuple[str, ...]] = {
     "linear": ("fused", "bias-pass"),  # graph.megatron_eager
     "heads": ("fused", "bsh-permute"),  # graph.megatron_eager
 }
+ModuleRole = Literal[tuple(MODULE_IMPLS)]  # type: ignore[valid-type]  # the roles: MODULE_IMPLS's keys
