@@ -76,6 +76,7 @@ EXPERT_SECTION = frozenset(
         "expert_activation",
         "expert_fc2",
         "expert_output_bias",
+        "paged_stash",
         "unsort_chunks",
         "unpermute",
     }

@@ -102,6 +102,8 @@ def expert_ops(model: ModelSpec, shape: LayerShape, expert: ExpertShape) -> list
             if fused_mlp
             else expert_output_bias_op(ab, h, local * m)
         )
+    if stashes_expert_activations(shape):
+        ops.append(paged_stash_op(model, shape, expert, rows))
     if local > 1:
         ops.append(_memory("unsort_chunks", 2 * ab * h * sent))
     if not fused:
@@ -123,6 +125,47 @@ def _fc2_op(model: ModelSpec, local: int, m: int, width: float, fused_mlp: bool)
     if fused_mlp and model.has_bias and model.mlp_input_projections == 2:
         return op._replace(dgrad_epilogue="dglu_dbias")
     return op
+
+
+def stashes_expert_activations(shape: LayerShape) -> bool:
+    """True when the fused grouped MLP's saved activations go through Megatron-Core's paged stash
+    (LayerShape.paged_stash > 0, the profile's moe_paged_stash): Megatron-LM cd4afffa6 / 458c8d0ec
+    megatron/core/transformer/moe/experts.py TEGroupedMLP._fused_forward opens the stash context only on the
+    fused path (fuses_grouped_mlp)."""
+    return shape.paged_stash > 0 and fuses_grouped_mlp(shape)
+
+
+def stashed_row_bytes(model: ModelSpec, shape: LayerShape, expert: ExpertShape) -> float:
+    """Bytes per routed row of what the fused grouped MLP saves for backward and Megatron-Core's paged stash
+    moves: the tensors Transformer Engine marks with mark_grouped_tensor before save_for_backward
+    (TransformerEngine 4329ff84 ops/fused/grouped_mlp.py, b9d690e04 ops/fused/forward_grouped_mlp.py), the
+    columnwise (wgrad) copies of the fc1 input (g·h) and of the fc2 input (g·f) with their block scales, one
+    byte per 32 rows of a column (Megatron-LM paged_stash.py SCALE_INV_BLOCK_SIZE 32, e8m0 as uint8), the fc1
+    output that the GLU backward reads (p·f at the activation bytes a) and the routing probability
+    (ROUTER_SCORE_BYTES): g·(h + f)·(1 + 1/32) + a·p·f + 4, f = f_e/etp, g = gemm_input_bytes."""
+    f = (model.moe_ffn_hidden or 0) / expert.etp
+    gin, ab, p = shape.gemm_input_bytes, shape.act_bytes, model.mlp_input_projections
+    return gin * (model.hidden + f) * (1.0 + 1.0 / 32.0) + ab * p * f + ROUTER_SCORE_BYTES
+
+
+def paged_stash_op(model: ModelSpec, shape: LayerShape, expert: ExpertShape, rows: float) -> Op:
+    """The paged stash's copies of one MoE layer's saved expert activations (stashes_expert_activations):
+    forward, after the layer's grouped MLP, a Triton kernel packs each saved tensor's ``rows`` routed rows into
+    pages of the CUDA stash buffer (read and write, 2·R·stashed_row_bytes); backward, before the layer's grouped
+    MLP backward, the reverse kernel unpacks them into a fresh tensor (the same bytes again). Megatron-LM
+    cd4afffa6 megatron/core/transformer/moe/paged_stash.py (458c8d0ec, d0b3b7754: the same code) with
+    ops/paged_stash.py paged_stash_copy_kernel / paged_stash_pop_kernel: PagedStashManager.stash_paged_tensors
+    issues them on its pack stream after the layer's fused MLP, the next layer's grouped MLP waits for it
+    (PipelinePreScheduleFunction.forward, wait_for_stash_to_complete) and the backward for the reload
+    (PipelinePostScheduleFunction.backward). Device to device: the pinned host buffer
+    (moe_paged_stash_buffer_size_factor_cpu) takes pages only when the CUDA buffer is full, which a
+    force-balanced run sized at 1.2 times its average rows never is. Priced in line at the HBM rate (a memory
+    op): the side stream hides none of it by the model's rule for a kernel beside compute
+    (cost.comm_contention: (1 − μ)·k/S of its time for its CTAs plus μ·ρ for its HBM share), since the copy's
+    grid of min(rows, 2048) programs (offload_to_stash max_blocks) fills every SM (k = S) and it streams at the
+    HBM rate (ρ = 1): (1 − μ) + μ = 1."""
+    moved = 2.0 * rows * stashed_row_bytes(model, shape, expert)
+    return Op("paged_stash", "memory", 0.0, moved, 0.0, moved)
 
 
 def expert_output_bias_op(act_bytes: int, hidden: int, rows: float) -> Op:
@@ -355,6 +398,11 @@ def moe_mlp_activation_bytes(
     its clamped copy, p·f_e/etp more at 2 B per row (clamped_copy_bytes).
     The fused grouped MLP (fuses_grouped_mlp) keeps no clamped copy: its fc1 output, the fc2 input, the
     fc1 input and the probabilities (grouped_mlp.py fuser_forward save_for_backward at 4329ff84).
+    Under the paged stash (stashes_expert_activations) those routed rows live in the stash's CUDA buffer, sized
+    at the buffer factor (LayerShape.paged_stash) times the average rows in flight (Megatron-LM cd4afffa6
+    moe/paged_stash.py allocate_stash_buffers: max over the schedule of the summed avg_num_tokens, times
+    moe_paged_stash_buffer_size_factor_cuda), so each keeps factor · stashed_row_bytes per row: its
+    capacity-sized original is freed once the copy completes (wait_for_stash_to_complete).
     ``layernorm`` drops the norm input, ``moe_act`` the activation output and the clamped copy (the
     checkpointed activation keeps only its input), ``shared_experts`` the
     shared internals, ``moe`` everything after the norm output (Megatron-LM recompute modules)."""
@@ -370,6 +418,8 @@ def moe_mlp_activation_bytes(
     clamped = 0.0 if fuses_grouped_mlp(shape) else clamped_copy_bytes(model, ab * p * f)
     act = 0.0 if "moe_act" in modules else gin * f + clamped
     routed = rows * (gin * h + ab * p * f + act + ROUTER_SCORE_BYTES)
+    if stashes_expert_activations(shape) and "moe_act" not in modules:
+        routed = rows * shape.paged_stash * stashed_row_bytes(model, shape, expert)
     router = ROUTER_SCORE_BYTES * tokens * model.experts
     shared = 0.0
     if model.shared_experts and "shared_experts" not in modules:

@@ -33,8 +33,7 @@ from paraplan.graph.weight_params import (  # noqa: F401 (re-exported: the block
     lm_head_weight_params,
 )
 
-# Bytes per activation element: half precision for fp16/bf16/fp8 training (Transformer Engine keeps
-# activations between GEMMs in bf16 and casts to fp8 inside the GEMM), 4 for fp32.
+# Bytes per activation element: 2 in 16-bit and fp8 training (TE keeps them in bf16 between GEMMs), 4 in fp32.
 ACTIVATION_BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 2, "nvfp4": 2, "mxfp4": 2}
 
 # FlashAttention-2 backward runs 5 matmuls for the forward's 2 (Dao 2023, arXiv:2307.08691, §3.1.2).
@@ -60,8 +59,7 @@ class LayerShape(NamedTuple):
     tp_layout: str = "1d"
     tp_rows: int = 1
     summa_panels: int = 1
-    # "ring" (K/V ring exchange) | "all-to-all" (DeepSpeed-Ulysses: heads split over cp)
-    cp_algorithm: str = "ring"
+    cp_algorithm: str = "ring"  # "ring": K/V ring exchange; "all-to-all": DeepSpeed-Ulysses
     # the stack's (role, implementation) pairs other than fused (graph.eager_modules): what autograd keeps
     module_impl: tuple[tuple[str, str], ...] = ()
     # whose K/V ring runs the attention under CP (RuntimeCosts.cp_ring): "transformer-engine" | "torch-sdpa"
@@ -70,6 +68,7 @@ class LayerShape(NamedTuple):
     tp_fp8_gather: bool = False
     fused_grouped_mlp: bool = False  # TE's fused grouped MLP (graph.moe_mlp.fuses_grouped_mlp)
     hybridep_budget: bool = False  # HybridEP static budget (moe_mlp.host_synchronises)
+    paged_stash: float = 0.0  # MoE paged stash's buffer factor, 0 = off (moe_mlp.paged_stash_op)
     proj_quantised_copy: bool = False  # out-projection's own fp8/FP4 input (graph.mla)
 
     @property
@@ -144,6 +143,7 @@ def cp_free_key(shape: LayerShape) -> tuple:
         shape.tp_fp8_gather,
         shape.fused_grouped_mlp,
         shape.hybridep_budget,
+        shape.paged_stash,
     )
 
 

@@ -59,6 +59,15 @@ class StackRuntimeFields(InputModel):
         "not need to use sync'): graph.moe_mlp.host_synchronises. Tokens beyond the budget would be dropped; "
         "False: the budget unset, the dropless dispatch synchronises",
     )
+    moe_paged_stash: float = Field(
+        0.0,
+        ge=0.0,
+        description="the fused grouped MLP's saved activations are packed into paged stash buffers after each MoE "
+        "layer's forward and unpacked before its backward (Megatron-Core moe_paged_stash, Megatron-LM cd4afffa6 "
+        "megatron/core/transformer/moe/paged_stash.py); the value is the CUDA buffer's size factor "
+        "(moe_paged_stash_buffer_size_factor_cuda: the buffer holds that many times the average rows in flight); "
+        "0: no paged stash. graph.moe_mlp.stashes_expert_activations, paged_stash_op",
+    )
     moe_dglu_dbias_ratio: float = Field(
         1.0,
         ge=1.0,

@@ -140,6 +140,7 @@ def stack_shape_fields(system: SystemSpec) -> dict:
       for another recipe, grouped_mlp.py fuse_grouped_mlp_ops at 4329ff84);
     - ``hybridep_budget``: whether its HybridEP dispatch runs on a static receive budget
       (efficiency.runtime.moe_hybridep_budget);
+    - ``paged_stash``: the CUDA buffer factor of its MoE paged stash, 0 without one (efficiency.runtime.moe_paged_stash);
     - ``proj_quantised_copy``: whether the attention's output projection keeps its own quantised input copy
       (efficiency.runtime.proj_quantised_copy)."""
     eff = system.accelerator.efficiency
@@ -151,5 +152,6 @@ def stack_shape_fields(system: SystemSpec) -> dict:
         fused_grouped_mlp=runtime.moe_fused_grouped_mlp
         and runtime.fp8_recipe in ("mxfp8", "nvfp4"),
         hybridep_budget=runtime.moe_hybridep_budget,
+        paged_stash=runtime.moe_paged_stash,
         proj_quantised_copy=runtime.proj_quantised_copy,
     )
