@@ -32,6 +32,7 @@ STACKS = {
     "megatron-bridge-25.11": MEGATRON_STACK,
     "megatron-bridge-25.11-mxfp8": MEGATRON_STACK,
     "megatron-bridge-26.02-nvfp4": MEGATRON_STACK,
+    "megatron-bridge-26.04-nvfp4": MEGATRON_STACK,
     "megatron-bridge-26.06-mxfp8": MEGATRON_STACK,
     "megatron-bridge-26.06.01-mxfp8": MEGATRON_STACK,
     "megatron-bridge-26.08-mxfp8": MEGATRON_STACK,

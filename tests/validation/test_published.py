@@ -69,6 +69,7 @@ def test_scope_is_explicit_in_the_bundled_files():
             ),  # the DGX Cloud Llama 3.1 runs: its recipe environment
             *("megatron-bridge-25.09", "megatron-bridge-25.11", "megatron-bridge-25.11-mxfp8"),
             "megatron-bridge-26.02-nvfp4",  # NVFP4 rows, held out
+            "megatron-bridge-26.04-nvfp4",  # 26.04-26.06 NVFP4 rows (TE RHT cast fusion), held out
             "megatron-bridge-26.06-mxfp8",  # 26.06 MoE rows (v0.5.0 presets), held out
             "megatron-bridge-26.06.01-mxfp8",  # 26.06.01 MoE rows (v0.5.1: cudnn-frontend 1.24.0), held out
             "megatron-bridge-26.08-mxfp8",  # 26.08 MoE rows (v0.6.0 flat perf recipes), held out

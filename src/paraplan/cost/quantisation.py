@@ -31,7 +31,12 @@ writing both orientations (``rht_cast_passes``). The transform is a 16-point pro
 tensor cores (32 FLOP per element, under 6 % of a 2 B read's time at HBM rate on Blackwell), so each pass is
 priced by its bytes; stochastic rounding draws Philox numbers in registers and moves no bytes; the 2D weight
 scales fill the same 1 x 16 scale layout the GEMM reads (no bytes beyond q). ``efficiency.runtime.nvfp4_rht``
-(a framework profile's field) says whether the stack ran the transform.
+(a framework profile's field) says whether the stack ran the transform. From TE pull request #2555 (ed424d306,
+2026-03; in the TE of the NeMo 26.04 container, 71bbefbf, and later) one kernel,
+``nvte_quantize_with_hadamard_transform``, writes the rowwise cast and the transformed columnwise cast from one
+read of a bf16 operand whose rows are a multiple of 64 and columns of 128 (quantize_impl's
+``eligible_for_rht_cast_fusion``; every Llama GEMM operand): 2 + (2 + 2q), the bytes of the plain nvfp4 row
+(``efficiency.runtime.nvfp4_rht_cast_fusion``, a profile's field).
 
 Both orientations are written because Hopper's fp8 GEMMs take TN operands only (wgrad needs Xᵀ and dYᵀ;
 TE ``transformer_engine/common/transpose/cast_transpose.cu``) and the block-scaled formats scale along the
@@ -110,19 +115,21 @@ def rht_cast_passes(dtype: str) -> tuple[float, float]:
     return one, one
 
 
-def cast_passes(recipe: str, dtype: str, rht: bool) -> tuple[float, ...]:
+def cast_passes(recipe: str, dtype: str, rht: bool, rht_fused: bool = False) -> tuple[float, ...]:
     """Bytes per element of each quantising pass after the amax pass: NVFP4 with RHT its two casts
-    (``rht_cast_passes``), every other recipe one pass writing both orientations (``cast_pass_bytes``)."""
-    if recipe == "nvfp4" and rht:
+    (``rht_cast_passes``) unless ``rht_fused`` (TE pull request #2555's one kernel writing both casts from one
+    read, module docstring), every other recipe one pass writing both orientations (``cast_pass_bytes``)."""
+    if recipe == "nvfp4" and rht and not rht_fused:
         return rht_cast_passes(dtype)
     return (cast_pass_bytes(recipe, dtype),)
 
 
-def operand_bytes(recipe: str, dtype: str, rht: bool = False) -> float:
+def operand_bytes(recipe: str, dtype: str, rht: bool = False, rht_fused: bool = False) -> float:
     """HBM bytes per operand element of the recipe's quantisation: amax pass + cast passes (module table);
-    ``rht``: the stack runs NVFP4's Hadamard transform on this operand (activations and output gradients)."""
+    ``rht``: the stack runs NVFP4's Hadamard transform on this operand (activations and output gradients),
+    ``rht_fused``: in one kernel with the rowwise cast (``cast_passes``)."""
     r = run_recipe(recipe, dtype)
-    return amax_pass_bytes(r) + sum(cast_passes(r, dtype, rht))
+    return amax_pass_bytes(r) + sum(cast_passes(r, dtype, rht, rht_fused))
 
 
 def weight_quantisation_bytes(recipe: str, dtype: str, fp8_params: bool) -> float:
@@ -205,11 +212,12 @@ def operand_quantisation_s(
 ) -> float:
     """Seconds to quantise ``elements`` GEMM-operand elements (``rows`` tokens × ``width``) under the
     system's recipe (``efficiency.runtime.fp8_recipe``; NVFP4's Hadamard transform as
-    ``efficiency.runtime.nvfp4_rht`` says): its amax pass, if any, plus its cast passes."""
+    ``efficiency.runtime.nvfp4_rht`` says, in one kernel with the rowwise cast where
+    ``efficiency.runtime.nvfp4_rht_cast_fusion`` says): its amax pass, if any, plus its cast passes."""
     runtime = acc.efficiency.runtime
     recipe = run_recipe(runtime.fp8_recipe, dtype)
     amax = pass_time_s(acc, elements, rows, width, amax_pass_bytes(recipe), True)
-    passes = cast_passes(recipe, dtype, runtime.nvfp4_rht)
+    passes = cast_passes(recipe, dtype, runtime.nvfp4_rht, runtime.nvfp4_rht_cast_fusion)
     return amax + sum(pass_time_s(acc, elements, rows, width, b, False) for b in passes)
 
 

@@ -115,6 +115,15 @@ class StackRuntimeFields(InputModel):
         "Transformer Engine NVFP4BlockScaling's default (disable_rht False, NVTE_NVFP4_DISABLE_RHT unset: "
         "transformer_engine/common/recipe/__init__.py at v2.12); False: one cast writes both orientations",
     )
+    nvfp4_rht_cast_fusion: bool = Field(
+        False,
+        description="nvfp4 runs with the Hadamard transform quantise each activation / output gradient in one "
+        "kernel writing the rowwise cast and the transformed columnwise cast from one read of the bf16 operand "
+        "(Transformer Engine pull request #2555, ed424d306, 2026-03: quantizer.cpp NVFP4Quantizer::quantize_impl "
+        "calls nvte_quantize_with_hadamard_transform for bf16 inputs of rows % 64 == 0 and cols % 128 == 0; "
+        "cost.quantisation.cast_passes); False: TE v2.12's rowwise cast and fused transform + columnwise cast, "
+        "each reading the operand",
+    )
     nvfp4_scale_swizzle: bool = Field(
         False,
         description="nvfp4 runs quantise into the plain scale layout and every GEMM call swizzles each "
