@@ -130,7 +130,8 @@ def _at_max(values: list[Num], present: list[Num], rows: list[tuple]) -> tuple:
     the max is sought (no index, no ``index == i`` per column). An entry better nowhere changes nothing
     (``_better``: no where runs); one better everywhere is taken whole."""
     best, out = None, None
-    for v, p, row in zip(values, present, rows):
+    last = len(values) - 1
+    for i, (v, p, row) in enumerate(zip(values, present, rows)):
         if best is None:
             best, out = where_all(p, v, -np.inf), row
             continue
@@ -141,23 +142,35 @@ def _at_max(values: list[Num], present: list[Num], rows: list[tuple]) -> tuple:
             # where(better, v, best) and each column's where: v and row themselves
             best, out = v, row
             continue
-        best = where(better, v, best)
+        if i < last:  # the running max is read by the entries after this one only
+            best = where(better, v, best)
         out = tuple(where(better, new, old) for new, old in zip(row, out))
     return out
 
 
-def _pick(index: Num, values: list[Num]) -> Num:
-    """values[index], elementwise: the entry of each candidate's index (0 <= index < len(values))."""
+def _pick(index: Num, values: list[Num], masks: list[Num] | None = None) -> Num:
+    """values[index], elementwise: the entry of each candidate's index (0 <= index < len(values)); ``masks``:
+    ``_index_masks(index, len(values))`` when the caller picks several lists at one index."""
     if index.__class__ is not np.ndarray:
         for v in values:
             if v.__class__ is np.ndarray:
                 break
         else:  # one plan's scalars
             return values[index]
+    if masks is None:
+        masks = _index_masks(index, len(values))
     out = values[-1]
     for i in range(len(values) - 2, -1, -1):
-        out = where(index == i, values[i], out)
+        out = where(masks[i], values[i], out)
     return out
+
+
+def _index_masks(index: Num, n: int) -> list[Num] | None:
+    """[index == i for i < n − 1]: the candidates ``_pick`` takes entry i of, each but the last entry's; None for
+    one plan's index (``_pick`` indexes its list)."""
+    if index.__class__ is not np.ndarray:
+        return None
+    return [index == i for i in range(n - 1)]
 
 
 def runtime_work(inp: StepInputs, stage: Stage, work: dict[str, Num]) -> dict[str, Num]:
@@ -204,13 +217,15 @@ def _pipeline(inp: StepInputs) -> dict:
     slowest_work, slowest = _argmax(totals, present)
     if pairs is not None:  # the stage whose steady state is longest once its pairs overlap
         _, slowest = _argmax(pairs["steady"], present)
-        slowest_work = _pick(slowest, totals)
+    masks = _index_masks(slowest, len(stages))
+    if pairs is not None:
+        slowest_work = _pick(slowest, totals, masks)
     all_work = 0.0
     for s, t in zip(stages, totals):
         all_work = all_work + s.count * t
-    slowest_parts = {k: _pick(slowest, [w[k] for w in works]) for k in works[0]}
+    slowest_parts = {k: _pick(slowest, [w[k] for w in works], masks) for k in works[0]}
     wgrads = [sum_blocks(s, lambda b: b.terms.wgrad) for s in stages]
-    pair_s = None if pairs is None else _pick(slowest, pairs["pair"])
+    pair_s = None if pairs is None else _pick(slowest, pairs["pair"], masks)
     bubble = pipeline_bubble_s(
         inp.knobs,
         PipelineWork(
@@ -219,7 +234,7 @@ def _pipeline(inp: StepInputs) -> dict:
             inp.pp,
             inp.knobs.vpp,
             slowest_parts,
-            _pick(slowest, wgrads),
+            _pick(slowest, wgrads, masks),
             inp.microbatches,
             tuple(zip(works, wgrads, present, *([pairs["pair"]] if pairs else []))),
             pair_s,
@@ -234,6 +249,7 @@ def _pipeline(inp: StepInputs) -> dict:
         "works": works,
         "totals": totals,
         "slowest": slowest,
+        "masks": masks,
         "bubble": bubble,
         "part": part,
     }
@@ -315,8 +331,9 @@ def _tails(inp: StepInputs, pipe: dict) -> tuple[list, Num, list]:
     behind (fullest stage), and per entry what follows its last backward (``after``); None for an entry after
     the first absent from every candidate."""
     stages, works, totals, m = inp.stages, pipe["works"], pipe["totals"], inp.microbatches
-    busy = m * _pick(pipe["slowest"], [t - w["pp"] for w, t in zip(works, totals)])
-    slack = drain_slack_s(inp, works, totals, _pick(pipe["slowest"], totals))
+    slowest, masks = pipe["slowest"], pipe["masks"]
+    busy = m * _pick(slowest, [t - w["pp"] for w, t in zip(works, totals)], masks)
+    slack = drain_slack_s(inp, works, totals, _pick(slowest, totals, masks))
     absent = [absent_everywhere(s) for s in stages]
     # an entry absent from every candidate after the first never attains the max (compose_parts: ``_at_max``)
     tails = [

@@ -177,14 +177,45 @@ def memory_at(
     inp: StepInputs, h: StageHoldings, index: Num, in_flight: Num = None, buckets: Num = None
 ) -> dict[str, Num]:
     """Bytes per GPU of a stage holding ``h`` at position ``index`` (step.result.StageMemory byte fields
-    + ``peak_bytes``): weights, gradients, optimizer state, in-flight activations
-    (step.schedules.in_flight_microbatches), buffers, reserved; the gradients and activations resident at
-    the peak (cost.memory.peak_residents: the forward's end or the optimizer step where gradients are
-    allocated during backward); ``host_bytes`` what offload keeps in host memory (ZeRO-Offload /
-    ZeRO-Infinity, Ren et al. 2021). ``in_flight``: the count, default the schedule's; ``buckets``:
-    ``ddp_buckets(inp)``, when the caller has it (the same at every position)."""
+    + ``peak_bytes``): ``resident_bytes``'s parts of the peak and host memory, and the transformer layers'
+    share of the weights and optimizer state and of the in-flight activations (for the report). ``in_flight``:
+    the count, default the schedule's (step.schedules.in_flight_microbatches); ``buckets``: ``ddp_buckets(inp)``,
+    when the caller has it (the same at every position)."""
     if in_flight is None:
         in_flight = in_flight_microbatches(inp.knobs, inp.pp, inp.microbatches, index)
+    out = resident_bytes(inp, h, in_flight, buckets)
+    share = h.share
+    return {
+        **{k: out[k] for k in _RESIDENT_FIELDS},
+        "transformer_weights_and_optimizer_bytes": h.transformer_states,
+        "transformer_activations_bytes": where(
+            inp.knobs.offload_activations,
+            (1.0 - share) * in_flight * h.transformer_kept + h.offloaded_acts,
+            in_flight * h.transformer_kept,
+        ),
+        "host_bytes": out["host_bytes"],
+        "peak_bytes": out["peak_bytes"],
+    }
+
+
+# resident_bytes's parts of the HBM peak, in the order the peak sums them
+_RESIDENT_FIELDS = (
+    "weights_bytes",
+    "gradients_bytes",
+    "optimizer_bytes",
+    "activations_bytes",
+    "buffers_bytes",
+    "reserved_bytes",
+)
+
+
+def resident_bytes(inp: StepInputs, h: StageHoldings, in_flight: Num, buckets: Num = None) -> dict:
+    """Bytes per GPU of a stage holding ``h`` with ``in_flight`` micro-batches' activations kept: weights,
+    gradients, optimizer state, in-flight activations (step.schedules.in_flight_microbatches), buffers,
+    reserved, and ``peak_bytes`` their sum, the gradients and activations resident at the peak
+    (cost.memory.peak_residents: the forward's end or the optimizer step where gradients are allocated during
+    backward); ``host_bytes`` what offload keeps in host memory (ZeRO-Offload / ZeRO-Infinity, Ren et al.
+    2021). What the search's memory check reads (``stage_peaks``); ``memory_at`` adds the report's terms."""
     acts = in_flight * h.kept + h.held
     share, offloaded_acts, knobs = h.share, h.offloaded_acts, inp.knobs
     out = {
@@ -196,12 +227,6 @@ def memory_at(
         ),
         "buffers_bytes": h.buffers,
         "reserved_bytes": inp.reserved_bytes + 0.0 * in_flight,
-        "transformer_weights_and_optimizer_bytes": h.transformer_states,
-        "transformer_activations_bytes": where(
-            knobs.offload_activations,
-            (1.0 - share) * in_flight * h.transformer_kept + offloaded_acts,
-            in_flight * h.transformer_kept,
-        ),
         "host_bytes": where(knobs.offload_optimizer, h.optimizer, 0.0)
         + where(knobs.offload_weights, h.weights, 0.0)
         + share * acts,
@@ -283,7 +308,8 @@ def stage_peaks(inp: StepInputs) -> tuple[Num, Num]:
         if absent_everywhere(s):  # where_all below gives 0.0 for every candidate: its terms unread
             peak, host = maximum(peak, 0.0), maximum(host, 0.0)
             continue
-        terms = stage_memory_terms(inp, s, s.index)
+        in_flight = in_flight_microbatches(inp.knobs, inp.pp, inp.microbatches, s.index)
+        terms = resident_bytes(inp, stage_holdings(inp, s), in_flight)
         peak = maximum(peak, where_all(s.count > 0, terms["peak_bytes"], 0.0))
         host = maximum(host, where_all(s.count > 0, terms["host_bytes"], 0.0))
     dual = inp.knobs.dualpipe
