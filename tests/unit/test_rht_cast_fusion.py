@@ -46,6 +46,22 @@ def test_fused_rht_cast_time_on_the_hbm_roofline():
     assert unfused - t == pytest.approx(2 * elems / rate + over)
 
 
+def test_an_ineligible_operand_takes_the_two_kernel_path():
+    # TE #2555's eligibility: rows % 64 == 0 and columns % 128 == 0; GPT-OSS's hidden 2880 = 22.5 x 128
+    assert qz.rht_fusion_eligible(8192, 8192) and not qz.rht_fusion_eligible(8192, 2880)
+    assert not qz.rht_fusion_eligible(4100, 8192)
+    system = with_runtime(load_system("gb300-nvl72"), fp8_recipe="nvfp4", nvfp4_rht=True)
+    acc = system.accelerator
+    fused = with_runtime(system, nvfp4_rht_cast_fusion=True).accelerator
+    rate = acc.hbm_bandwidth * acc.efficiency.hbm
+    over = acc.efficiency.kernel_overhead_s
+    elems, rows, width = 8192.0 * 2880, 8192.0, 2880.0
+    # amax 2 B, then the rowwise cast 2 + q and the RHT columnwise cast 2 + q: three kernels, as without the fusion
+    expected = (2 + 2 * (2 + Q)) * elems / rate + 3 * over
+    assert qz.operand_quantisation_s(fused, elems, rows, width, "nvfp4") == pytest.approx(expected)
+    assert qz.operand_quantisation_s(acc, elems, rows, width, "nvfp4") == pytest.approx(expected)
+
+
 def test_profiles_state_the_fusion_by_container():
     later = load_framework("megatron-bridge-26.04-nvfp4")
     earlier = load_framework("megatron-bridge-26.02-nvfp4")

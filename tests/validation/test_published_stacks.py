@@ -160,7 +160,8 @@ def test_megatron_v1_v100_held_out(report):
     2.2136 s, the count the team published in 2020-21; the paper states none: case notes) with PyTorch 1.1's
     blocking RNG-state copies (cost.rng_state), its block-per-row softmax, F.linear's separate bias adds, the
     head copies of the [b, s, np, hn] layout and the fp32-copy loss priced (graph.megatron_eager; docs/validation.md,
-    megatron-v1-v100; docs/hardware.md, V100). This pins today's state so that a change to it is seen; it is not a tolerance we promise."""
+    megatron-v1-v100; docs/hardware.md, V100). This pins today's state so that a change to it is seen; it is not a
+    tolerance we promise."""
     cases = {
         c["name"]: c
         for c in report["cases"]
@@ -171,8 +172,8 @@ def test_megatron_v1_v100_held_out(report):
     )
     errors = {name: c["error_pct"]["step_time_s"] for name, c in cases.items()}
     v1 = errors.pop("megatronv1-blog-1.2b-1gpu")
-    assert abs(v1) <= 10.0
-    assert all(-40.0 <= e <= -10.0 for e in errors.values()), errors
+    assert abs(v1) <= 2.5
+    assert all(-29.0 <= e <= -15.0 for e in errors.values()), errors
     # the predicted speed-up of the 1.2B model by tensor parallelism grows faster than Table 8's 1.64 / 2.34 / 2.98
     baseline = cases["shoeybi2019-baseline-1.2b-1gpu"]["predicted"]["step_time_s"]
     for tp, measured in ((2, 1.64), (4, 2.34), (8, 2.98)):

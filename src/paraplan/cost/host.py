@@ -118,7 +118,8 @@ def op_kernels(
     act_bytes: int = 2,
 ) -> tuple[int, int]:
     """(forward, backward) kernels one op launches (module docstring): GEMM (1, 2), grouped GEMM (b, 2b) over its
-    b local experts ((1, 2) run as one kernel, Op.one_kernel), fused attention (1, 3), a host synchronisation (0, 0); an element-wise op (1, 1) when fused
+    b local experts ((1, 2) run as one kernel, Op.one_kernel), fused attention (1, 3), a host synchronisation
+    (0, 0); an element-wise op (1, 1) when fused
     (1, 0 without backward bytes), EAGER_KERNELS by name when ``eager`` (a LayerNorm's backward with its
     LAYERNORM_ZERO_FILL, attention with EAGER_ATTENTION_EXTRA). A weight GEMM with a bias (``bias``; the q/k/v
     projection by ``qkv_bias``; never the LM head) adds the bias-gradient reduction backward. With ``autocast``

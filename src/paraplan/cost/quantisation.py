@@ -207,17 +207,29 @@ def pass_time_s(
     return roofline + acc.efficiency.kernel_overhead_s
 
 
+def rht_fusion_eligible(rows: float, width: float) -> bool:
+    """Whether Transformer Engine runs the fused Hadamard cast on an operand of ``rows`` × ``width``
+    (TransformerEngine pull request #2555, pytorch/csrc/quantizer.cpp ``NVFP4Quantizer::quantize_impl``: a bf16
+    input with rows % 64 == 0 and columns % 128 == 0; else the two-kernel path). A graph ``fp8_casts`` op carries
+    its operands' summed width, so the rule reads that sum: exact where every operand qualifies (the sum then
+    does) or the sum fails (then some operand does and the op is priced unfused); a sum that qualifies while one
+    operand does not is priced fused."""
+    return rows % 64 == 0 and width % 128 == 0
+
+
 def operand_quantisation_s(
     acc: AcceleratorSpec, elements: float, rows: float, width: float, dtype: str
 ) -> float:
     """Seconds to quantise ``elements`` GEMM-operand elements (``rows`` tokens × ``width``) under the
     system's recipe (``efficiency.runtime.fp8_recipe``; NVFP4's Hadamard transform as
     ``efficiency.runtime.nvfp4_rht`` says, in one kernel with the rowwise cast where
-    ``efficiency.runtime.nvfp4_rht_cast_fusion`` says): its amax pass, if any, plus its cast passes."""
+    ``efficiency.runtime.nvfp4_rht_cast_fusion`` says and ``rht_fusion_eligible`` admits): its amax pass, if any,
+    plus its cast passes."""
     runtime = acc.efficiency.runtime
     recipe = run_recipe(runtime.fp8_recipe, dtype)
     amax = pass_time_s(acc, elements, rows, width, amax_pass_bytes(recipe), True)
-    passes = cast_passes(recipe, dtype, runtime.nvfp4_rht, runtime.nvfp4_rht_cast_fusion)
+    fused = runtime.nvfp4_rht_cast_fusion and rht_fusion_eligible(rows, width)
+    passes = cast_passes(recipe, dtype, runtime.nvfp4_rht, fused)
     return amax + sum(pass_time_s(acc, elements, rows, width, b, False) for b in passes)
 
 

@@ -2,7 +2,8 @@
 (graph.eager_modules.megatron_scores, graph.hf_scores) and its loss (graph.losses), as PyTorch 1.1-1.10 runs
 Megatron-LM's 2019 and v1.0 code and transformers' 2021 GPT-2 (issues 32/33: the stack as input). Two module_impl
 roles (specs.choices.MODULE_IMPLS) a profile or a case states (the megatron-lm-2019 and -v1.0 profiles; the
-transformers 4.12 cases of dsexamples-hf-v100 do not yet, docs/model.md):
+transformers 4.12 cases of dsexamples-hf-v100 do not yet, docs/model.md); graph.transformer's 1-D dense
+decoder layer reads them (``eager_layer_ops``), MoE layers (graph.moe) and the SUMMA 2-D layout do not:
 
 - ``linear: bias-pass``: each linear's bias applied in a pass of its own over the output. Megatron-LM calls
   torch.nn.functional.linear on the 3-D [b, s, h] activations, and PyTorch's torch/nn/functional.py (1.1 to

@@ -401,8 +401,9 @@ def moe_mlp_activation_bytes(
     Under the paged stash (stashes_expert_activations) those routed rows live in the stash's CUDA buffer, sized
     at the buffer factor (LayerShape.paged_stash) times the average rows in flight (Megatron-LM cd4afffa6
     moe/paged_stash.py allocate_stash_buffers: max over the schedule of the summed avg_num_tokens, times
-    moe_paged_stash_buffer_size_factor_cuda), so each keeps factor · stashed_row_bytes per row: its
-    capacity-sized original is freed once the copy completes (wait_for_stash_to_complete).
+    moe_paged_stash_buffer_size_factor_cuda), so each average row T·k·etp keeps factor · stashed_row_bytes (no
+    load factor: rows a learned router sends past the buffer go to the pinned host buffer, whose copies are
+    not priced): its capacity-sized original is freed once the copy completes (wait_for_stash_to_complete).
     ``layernorm`` drops the norm input, ``moe_act`` the activation output and the clamped copy (the
     checkpointed activation keeps only its input), ``shared_experts`` the
     shared internals, ``moe`` everything after the norm output (Megatron-LM recompute modules)."""
@@ -418,8 +419,11 @@ def moe_mlp_activation_bytes(
     clamped = 0.0 if fuses_grouped_mlp(shape) else clamped_copy_bytes(model, ab * p * f)
     act = 0.0 if "moe_act" in modules else gin * f + clamped
     routed = rows * (gin * h + ab * p * f + act + ROUTER_SCORE_BYTES)
-    if stashes_expert_activations(shape) and "moe_act" not in modules:
-        routed = rows * shape.paged_stash * stashed_row_bytes(model, shape, expert)
+    if (
+        stashes_expert_activations(shape) and "moe_act" not in modules
+    ):  # the buffer, on the average rows
+        average = tokens * model.top_k * expert.etp
+        routed = average * shape.paged_stash * stashed_row_bytes(model, shape, expert)
     router = ROUTER_SCORE_BYTES * tokens * model.experts
     shared = 0.0
     if model.shared_experts and "shared_experts" not in modules:

@@ -12,7 +12,7 @@ from typing import Annotated, Literal, get_args
 from pydantic import AfterValidator, Field, PrivateAttr, ValidationInfo, field_validator
 
 from paraplan.specs.choices import AttentionKernel, GraphRegion, GraphScopeWord
-from paraplan.specs.choices import MODULE_IMPLS, ModuleRole  # noqa: F401 (re-exported: sweep.params reads them here)
+from paraplan.specs.choices import MODULE_IMPLS, ModuleRole  # also sweep.params reads them here
 from paraplan.specs.errors import UnsupportedDtype
 from paraplan.specs.fabric import NetworkSpec, NodeSpec
 from paraplan.specs.quantities import Bytes, BytesPerS, Fraction, Seconds, Share, _quantity  # noqa: F401

@@ -140,7 +140,8 @@ def stack_shape_fields(system: SystemSpec) -> dict:
       for another recipe, grouped_mlp.py fuse_grouped_mlp_ops at 4329ff84);
     - ``hybridep_budget``: whether its HybridEP dispatch runs on a static receive budget
       (efficiency.runtime.moe_hybridep_budget);
-    - ``paged_stash``: the CUDA buffer factor of its MoE paged stash, 0 without one (efficiency.runtime.moe_paged_stash);
+    - ``paged_stash``: the CUDA buffer factor of its MoE paged stash, 0 without one
+      (efficiency.runtime.moe_paged_stash);
     - ``proj_quantised_copy``: whether the attention's output projection keeps its own quantised input copy
       (efficiency.runtime.proj_quantised_copy)."""
     eff = system.accelerator.efficiency
