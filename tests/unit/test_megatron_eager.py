@@ -24,6 +24,8 @@ MODEL = ModelSpec(
 )
 TOKENS = 8 * 1024  # micro-batch 8 x sequence 1024
 BOTH = (BSH_PERMUTE, BIAS_PASS)
+# one GPU's micro-batch 8 x sequence 1024 in fp16, unfused attention, as the 2019 code ran it
+FP16 = LayerShape(1, 1, 8, 1024, False, "unfused", "fp16")
 
 
 def _ops(tp: int, impl=BOTH, attention: str = "unfused", model: ModelSpec = MODEL):
@@ -71,15 +73,7 @@ def test_the_2019_and_v1_profiles_state_them_and_megatron_core_does_not():
 
 
 def test_layer_graph_carries_the_ops():
-    shape = LayerShape(
-        tp=2,
-        cp=1,
-        micro_batch=8,
-        seq_length=1024,
-        sequence_parallel=False,
-        attention="unfused",
-        dtype="fp16",
-    )
+    shape = FP16._replace(tp=2)
     plain = {o.name for o in decoder_layer_1d(MODEL, shape).ops}
     with_impl = decoder_layer_1d(MODEL, shape._replace(module_impl=em.impl_key(dict(BOTH))))
     assert {o.name for o in with_impl.ops} - plain == {"linear_bias_adds", "attention_head_copies"}
@@ -89,16 +83,7 @@ def test_layer_graph_carries_the_ops():
 def test_megatron_losses_by_hand(loss, fwd, bwd):
     # 2019: .float() (r2 w4) + clone 8 + max 4 + sub_ 8 + exp 8 + sum 4 + div_ 8; v1.0 without the clone;
     # backward mul_ 8 + the gradient cast to fp16 (r4 w2)
-    shape = LayerShape(
-        tp=1,
-        cp=1,
-        micro_batch=8,
-        seq_length=1024,
-        sequence_parallel=False,
-        attention="unfused",
-        dtype="fp16",
-        module_impl=em.impl_key({"loss": loss}),
-    )
+    shape = FP16._replace(module_impl=em.impl_key({"loss": loss}))
     (op,) = [o for o in lm_head_block(MODEL, shape, False).ops if o.name == "cross_entropy"]
     logits = TOKENS * 51200
     assert op.fwd_bytes == fwd * logits and op.bwd_bytes == bwd * logits

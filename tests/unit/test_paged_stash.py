@@ -2,28 +2,19 @@
 stashed_row_bytes) against hand-computed values: the bytes its copies move and the buffer it keeps."""
 
 import pytest
+from tests.unit.test_fused_grouped_mlp import FUSED, QWEN, _ops
 
 from paraplan.catalog import load_framework, load_model, load_system
 from paraplan.cost.compute import op_times_s
 from paraplan.cost.frameworks import framework_system
-from paraplan.graph.moe import ExpertShape, moe_model_layer
+from paraplan.graph.moe import ExpertShape
 from paraplan.graph.moe_mlp import moe_mlp_activation_bytes, stashed_row_bytes
-from paraplan.graph.transformer import LayerShape
 from paraplan.step.constants import stack_shape_fields
 
-# one micro-batch of 4096 tokens, no TP / CP, forced balance: Qwen3-30B-A3B over EP 8 routes 4096 x top-8 =
-# 32768 rows to each rank; DeepSeek-V3 over EP 64 the same 32768 (top-8)
-FUSED = LayerShape(1, 1, 1, 4096, False, "flash", "fp8", fused_grouped_mlp=True)
+# one micro-batch of 4096 tokens, no TP / CP, forced balance (test_fused_grouped_mlp's shapes): Qwen3-30B-A3B
+# over EP 8 routes 4096 x top-8 = 32768 rows to each rank; DeepSeek-V3 over EP 64 the same 32768 (top-8)
 STASHED = FUSED._replace(paged_stash=1.2)
-QWEN = ExpertShape(ep=8, balance="forced")
 DSV3 = ExpertShape(ep=64, balance="forced")
-
-
-def _ops(model: str, shape: LayerShape, expert: ExpertShape) -> dict:
-    return {
-        op.name: op
-        for op in moe_model_layer(load_model(model), shape._replace(expert=expert), True).ops
-    }
 
 
 def test_stashed_row_bytes_by_hand():

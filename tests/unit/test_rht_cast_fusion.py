@@ -20,6 +20,14 @@ def with_runtime(system, **runtime):
     )
 
 
+def _gb300_nvfp4():
+    """(accelerator without the fusion, with it, B_HBM x eta_HBM, kernel overhead) of a GB300 under NVFP4 + RHT."""
+    system = with_runtime(load_system("gb300-nvl72"), fp8_recipe="nvfp4", nvfp4_rht=True)
+    acc = system.accelerator
+    fused = with_runtime(system, nvfp4_rht_cast_fusion=True).accelerator
+    return acc, fused, acc.hbm_bandwidth * acc.efficiency.hbm, acc.efficiency.kernel_overhead_s
+
+
 def test_fused_rht_cast_bytes_by_hand():
     # TE 71bbefbf quantize_impl: nvte_hadamard_transform_amax (read 2), then one
     # nvte_quantize_with_hadamard_transform (read 2, write rowwise q and RHT columnwise q)
@@ -33,11 +41,7 @@ def test_fused_rht_cast_bytes_by_hand():
 
 
 def test_fused_rht_cast_time_on_the_hbm_roofline():
-    system = with_runtime(load_system("gb300-nvl72"), fp8_recipe="nvfp4", nvfp4_rht=True)
-    acc = system.accelerator
-    fused = with_runtime(system, nvfp4_rht_cast_fusion=True).accelerator
-    rate = acc.hbm_bandwidth * acc.efficiency.hbm
-    over = acc.efficiency.kernel_overhead_s
+    acc, fused, rate, over = _gb300_nvfp4()
     elems, rows, width = 8192.0 * 8192, 8192.0, 8192.0
     t = qz.operand_quantisation_s(fused, elems, rows, width, "nvfp4")
     # two kernels: amax 2 B, the fused cast 2 + 2q, each with the kernel overhead
@@ -50,11 +54,7 @@ def test_an_ineligible_operand_takes_the_two_kernel_path():
     # TE #2555's eligibility: rows % 64 == 0 and columns % 128 == 0; GPT-OSS's hidden 2880 = 22.5 x 128
     assert qz.rht_fusion_eligible(8192, 8192) and not qz.rht_fusion_eligible(8192, 2880)
     assert not qz.rht_fusion_eligible(4100, 8192)
-    system = with_runtime(load_system("gb300-nvl72"), fp8_recipe="nvfp4", nvfp4_rht=True)
-    acc = system.accelerator
-    fused = with_runtime(system, nvfp4_rht_cast_fusion=True).accelerator
-    rate = acc.hbm_bandwidth * acc.efficiency.hbm
-    over = acc.efficiency.kernel_overhead_s
+    acc, fused, rate, over = _gb300_nvfp4()
     elems, rows, width = 8192.0 * 2880, 8192.0, 2880.0
     # amax 2 B, then the rowwise cast 2 + q and the RHT columnwise cast 2 + q: three kernels, as without the fusion
     expected = (2 + 2 * (2 + Q)) * elems / rate + 3 * over
