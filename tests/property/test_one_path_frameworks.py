@@ -166,7 +166,7 @@ def test_both_paths_agree_under_every_profile_many_plans(framework, dtype):
 def test_eager_composites_reach_the_per_stage_path(framework, model, activations_gb):
     """The defect this test was written for: GPT-3 350M on one H100 under pytorch-eager kept 17.2 GB of
     activations on the per-stage path against 23.9 GB on the uniform one (the fp32-logit loss's 12 B per
-    logit, graph.eager_modules.LOGIT_BYTES, never reached the per-stage layer shape)."""
+    logit, graph.losses.LOGIT_BYTES, never reached the per-stage layer shape)."""
     uniform, per_stage = both_paths(
         model,
         framework=framework,

@@ -1,4 +1,4 @@
-"""The LM head's loss as an input of the stack (graph.eager_modules.LOSS_IMPLS; issue 32): each
+"""The LM head's loss as an input of the stack (graph.losses.LOSS_IMPLS; issue 32): each
 implementation's bytes per logit in the op graph, its kernels on the host, its memory held at the start of
 backward against a hand count, and more bytes per logit never faster."""
 
@@ -11,6 +11,7 @@ from paraplan.cost import host as H
 from paraplan.cost import memory as mem
 from paraplan.cost.compute import memory_time_s
 from paraplan.graph import eager_modules as em
+from paraplan.graph.losses import LOSS_IMPLS
 from paraplan.graph.transformer import LayerShape, lm_head_block
 from paraplan.specs.system import MODULE_IMPLS
 
@@ -36,7 +37,7 @@ def _loss_op(loss: str):
 
 
 def test_every_allowed_loss_has_an_implementation():
-    assert set(MODULE_IMPLS["loss"]) == set(em.LOSS_IMPLS)
+    assert set(MODULE_IMPLS["loss"]) == set(LOSS_IMPLS)
 
 
 @pytest.mark.parametrize(
@@ -81,9 +82,7 @@ def test_default_is_todays_pricing():
 @pytest.mark.parametrize("system", ["rtx-4090-8", "dgx-h100-80gb", "dgx-a100-80gb"])
 def test_more_bytes_per_logit_never_faster(system):
     acc = load_system(system).accelerator
-    ranked = sorted(
-        em.LOSS_IMPLS, key=lambda n: em.LOSS_IMPLS[n].fwd_bytes + em.LOSS_IMPLS[n].bwd_bytes
-    )
+    ranked = sorted(LOSS_IMPLS, key=lambda n: LOSS_IMPLS[n].fwd_bytes + LOSS_IMPLS[n].bwd_bytes)
     times = []
     for loss in ranked:
         op = _loss_op(loss)
@@ -93,7 +92,7 @@ def test_more_bytes_per_logit_never_faster(system):
 
 
 def test_host_counts_the_implementations_kernels():
-    for loss, impl in em.LOSS_IMPLS.items():  # an eager stack: the implementation's kernels
+    for loss, impl in LOSS_IMPLS.items():  # an eager stack: the implementation's kernels
         assert H.op_kernels(_loss_op(loss), True, impl=({"loss": loss}, {})) == impl.kernels
     assert H.op_kernels(_loss_op("fp32-logits"), True, impl=({"loss": "fp32-logits"}, {})) == (3, 4)
     # a fused (compiled) stack: one generated kernel each way

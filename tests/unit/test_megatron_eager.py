@@ -8,6 +8,7 @@ import pytest
 
 from paraplan.catalog import load_framework
 from paraplan.graph import eager_modules as em
+from paraplan.graph.losses import LOSS_IMPLS
 from paraplan.graph.megatron_eager import BIAS_PASS, BSH_PERMUTE, eager_layer_ops
 from paraplan.graph.transformer import LayerShape, decoder_layer_1d, lm_head_block
 from paraplan.specs.model import ModelSpec
@@ -87,4 +88,4 @@ def test_megatron_losses_by_hand(loss, fwd, bwd):
     (op,) = [o for o in lm_head_block(MODEL, shape, False).ops if o.name == "cross_entropy"]
     logits = TOKENS * 51200
     assert op.fwd_bytes == fwd * logits and op.bwd_bytes == bwd * logits
-    assert em.LOSS_IMPLS[loss].held_bytes == 4  # the saved fp32 softmax, as the default
+    assert LOSS_IMPLS[loss].held_bytes == 4  # the saved fp32 softmax, as the default

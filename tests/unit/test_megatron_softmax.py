@@ -10,6 +10,8 @@ from paraplan.graph.megatron_softmax import (
     scores_family,
     torch_softmax_fp32,
 )
+from paraplan.graph.transformer import LayerShape
+from paraplan.specs.model import ModelSpec
 
 
 @pytest.mark.parametrize(
@@ -54,12 +56,20 @@ def test_fallback_moves_the_hand_counted_bytes():
 
 
 def test_family_and_composite_by_plan():
+    # tr11 prequel shapes: a64 / a104 on tp 4 (16 / 26 heads per GPU), micro-batch 2, sequence 2048
+    model = ModelSpec(
+        name="h13312-a104", layers=2, hidden=13312, heads=104, ffn_hidden=53248, vocab=250880
+    )
+    model64 = model.model_copy(update={"heads": 64, "name": "h13312-a64"})
     impl = (("scores", BIGSCIENCE),)
-    fused = scores_family(True, impl, 2, 16, 2048, 2048)
-    fallback = scores_family(True, impl, 2, 26, 2048, 2048)
+    shape = LayerShape(4, 1, 2, 2048, True, "unfused", "bf16", module_impl=impl)
+    assert model.has_dropout  # a gelu model
+    fused, fallback = scores_family(model64, shape), scores_family(model, shape)
     assert fused == "scores" and fallback == "scores_fallback"
-    assert scores_family(True, (), 2, 26, 2048, 2048) == "scores"  # other stacks: the fused count
-    assert scores_family(False, impl, 2, 26, 2048, 2048) == "scores_fallback_no_dropout"
+    # other stacks: the fused count
+    assert scores_family(model, shape._replace(module_impl=())) == "scores"
+    no_dropout = model.model_copy(update={"dropout": False})
+    assert scores_family(no_dropout, shape) == "scores_fallback_no_dropout"
     assert composite(fused, dict(impl), 2, 2) is None  # the fused kernel, one per op
     found = composite(fallback, dict(impl), 2, 2)
     assert found is not None and found.kernels == (6, 6) and found.saved == 5

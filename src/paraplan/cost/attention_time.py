@@ -96,16 +96,17 @@ def attention_op_s(op: Op, acc: AcceleratorSpec, dtype: str) -> tuple[float, flo
     score share is a causal call's over the call's k keys, (1 + 1/k)/2 (graph.mla.window_fraction: k = s/c,
     the ring chunk, so (1 + c/s)/2). The backward of a windowed layer keeps its window only where
     fp8_backward_window does; else it is priced as the full layer's."""
-    call, parts = op.attention_call, [(1.0, op.causal_fraction, None)]
+    call, full_cf = op.attention_call, op.causal_fraction
+    parts = [(1.0, full_cf, None)]
     if op.attention_window is not None and call is not None:
         window, share, window_cf = op.attention_window
-        parts = [(share, window_cf, window), (1.0 - share, window_fraction(None, call[1], 1), None)]
-    full_cf = window_fraction(None, call[1], 1) if call else op.causal_fraction
+        full_cf = window_fraction(None, call[1], 1)
+        parts = [(share, window_cf, window), (1.0 - share, full_cf, None)]
     times = [0.0, 0.0]
     for share, cf, window in parts:
-        ways = [(op.fwd_flops, "fwd", cf, window), (op.bwd_flops, "bwd", cf, window)]
-        if window is not None and fp8_backward_window(acc, dtype, window) is None:
-            ways[1] = (op.bwd_flops, "bwd", full_cf, None)
+        bwd_window = fp8_backward_window(acc, dtype, window)
+        bwd_cf = cf if bwd_window == window else full_cf  # the full layer's, as parts' second
+        ways = ((op.fwd_flops, "fwd", cf, window), (op.bwd_flops, "bwd", bwd_cf, bwd_window))
         for i, (flops, way, share_cf, w) in enumerate(ways):
             exps = softmax_exponentials(op.fwd_flops, share_cf, call[2]) if call else 0.0
             times[i] += share * attention_time_s(flops, share_cf, acc, dtype, call, way, exps, w)

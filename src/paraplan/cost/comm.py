@@ -232,9 +232,10 @@ class LinearCollective:
             size_bytes * self.slope_out + self.latency_out
         ) * on
 
-    def time_s(self, size_bytes):
-        """S·(a_in + a_out) + l_in + l_out (0 for an empty buffer)."""
-        inner, outer = self.tier_times_s(size_bytes)
+    def time_s(self, size_bytes, tier_times=None):
+        """S·(a_in + a_out) + l_in + l_out (0 for an empty buffer); ``tier_times``: the call's
+        ``tier_times_s(size_bytes)`` when the caller has it already."""
+        inner, outer = self.tier_times_s(size_bytes) if tier_times is None else tier_times
         return inner + outer
 
     def hidden_price_s(self, size_bytes, tier_times=None):

@@ -44,7 +44,8 @@ from paraplan.cost.moe_host import (
     reissue_idle_s,
     sync_drain_s,
 )
-from paraplan.graph.eager_modules import autocast_runs, composite_kernels, loss_impl
+from paraplan.graph.eager_modules import autocast_runs, composite_kernels
+from paraplan.graph.losses import loss_impl
 from paraplan.graph.moe_mlp import ACTIVATION_SYNC
 from paraplan.graph.ops import Op
 from paraplan.graph.transformer import ACTIVATION_BYTES
@@ -61,7 +62,7 @@ Num = Any  # float or numpy array
 # - rotary embedding on q and k, rotate-half form x·cos + cat(−x₂, x₁)·sin: neg, cat, two muls and an add per
 #   tensor (Su et al. 2021, Eq. 34 as in Hugging Face transformers' apply_rotary_pos_emb), and as many backward;
 # - unfused softmax with mask (Megatron-LM's eager path: masked_fill, softmax) two kernels each way;
-# - cross-entropy: the kernels of the loss implementation the profile names (graph.eager_modules.LOSS_IMPLS);
+# - cross-entropy: the kernels of the loss implementation the profile names (graph.losses.LOSS_IMPLS);
 #   on fp32 logits the cast to fp32, log_softmax, nll_loss forward; backward nll_loss_backward (a zero fill and
 #   a scatter), log_softmax_backward and the cast back (aten/src/ATen/native/cuda/Loss.cu, SoftMax.cu);
 # - embedding lookup: one gather forward; backward embedding_dense_backward's sort-based kernels (index sort,

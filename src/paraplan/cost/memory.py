@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from paraplan.cost.elementwise import where
-from paraplan.graph.eager_modules import FP32, composite, gelu_new, loss_impl, rmsnorm_upcast
+from paraplan.graph.eager_modules import composite, gelu_new, rmsnorm_upcast
+from paraplan.graph.losses import FP32, loss_impl
 from paraplan.graph.megatron_softmax import scores_family
 from paraplan.graph.mla import attention_output_bytes
 from paraplan.graph.ops import activation_kernel
@@ -247,15 +248,7 @@ def score_bytes(model: ModelSpec, shape: LayerShape) -> float:
     under autocast keeps its softmax output in fp32 (graph.hf_scores), 4 + 1 + a, as BigScience's fallback does
     where its check fails (graph.megatron_softmax)."""
     ab, dropout = shape.act_bytes, model.has_dropout
-    heads = model.heads // shape.attention_head_split  # as graph.transformer.attention_ops
-    family = scores_family(
-        dropout,
-        shape.module_impl,
-        shape.micro_batch,
-        heads,
-        shape.attention_queries,
-        shape.seq_length,
-    )
+    family = scores_family(model, shape)
     found = composite(family, dict(shape.module_impl), ab, ab)
     if found is None:
         return (2 * ab + 1) if dropout else ab
@@ -383,9 +376,9 @@ def embedding_activation_bytes(model: ModelSpec, shape: LayerShape) -> float:
 def lm_head_activation_bytes(model: ModelSpec, shape: LayerShape) -> float:
     """Last stage: final-norm input and LM-head input (2·s·b·h each, ÷t with SP) and what the loss holds
     for its backward, held_bytes per logit of the implementation the stack runs (shape.module_impl's loss,
-    graph.eager_modules.LOSS_IMPLS) × s·b·V/t: by default the fp32 softmax, 4 (Korthikanti §4.3, output
+    graph.losses.LOSS_IMPLS) × s·b·V/t: by default the fp32 softmax, 4 (Korthikanti §4.3, output
     layer term); a loss that materialises the fp32 logits (fp32-logits: transformers' ForCausalLMLoss)
-    graph.eager_modules.LOGIT_BYTES; Inductor's fused loss the bf16 logits and their gradient, 2 + 2; DTensor's
+    graph.losses.LOGIT_BYTES; Inductor's fused loss the bf16 logits and their gradient, 2 + 2; DTensor's
     loss_parallel over vocabulary-sharded logits (t > 1) its tp_held_bytes, 16."""
     sp_div = shape.tp if shape.sequence_parallel else 1
     tokens = shape.local_tokens

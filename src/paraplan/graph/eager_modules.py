@@ -17,7 +17,7 @@ the activation memory autograd keeps (cost.memory) all read the same list:
   two (cost.eager_kernels RECIPES).
 - ``rotary: transformers-rotate-half``: apply_rotary_pos_emb (modeling_llama.py): ``q * cos + rotate_half(q) *
   sin`` and the same for k, rotate_half = ``cat((-x2, x1), -1)`` of the two halves (``rotate_half``).
-- ``loss``: the LM head's cross-entropy, one of ``LOSS_IMPLS`` (bytes per logit forward and backward,
+- ``loss``: the LM head's cross-entropy, one of graph.losses.LOSS_IMPLS (bytes per logit forward and backward,
   kernels, bytes per logit held at the start of backward): ``fused`` (the default, Megatron-LM's
   vocab-parallel cross-entropy as the op graph has always priced it), ``fp32-logits`` (eager
   ``logits.float()`` then F.cross_entropy: transformers' ForCausalLMLoss, the time of the kernels table's
@@ -46,7 +46,7 @@ from functools import lru_cache
 from typing import NamedTuple
 
 from paraplan.graph.hf_scores import gpt2_scores_amp
-from paraplan.graph.losses import FP32, LOGIT_BYTES, LOSS_IMPLS, LossImpl, loss_impl  # noqa: F401 (re-exported)
+from paraplan.graph.losses import FP32
 from paraplan.graph.megatron_softmax import BIGSCIENCE, FALLBACK_FAMILIES, torch_softmax_fp32
 
 PRECISION_BYTES = {

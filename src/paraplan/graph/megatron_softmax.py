@@ -22,9 +22,11 @@ ParallelAttention.__init__) with the layer number as scale: ``input.float()``, `
 
 from __future__ import annotations
 
+from paraplan.graph.losses import FP32  # the fallback's fp32 copy: 4 bytes an element
+from paraplan.specs.model import ModelSpec
+
 # (ATen op, bytes read and written per score element): one kernel of the composite (graph.eager_modules.Kernel)
 KernelBytes = tuple[str, float]
-FP32 = 4  # bytes of an element of the fallback's fp32 copy
 THREADS_PER_BLOCK = 128  # scaled_masked_softmax.h get_batch_per_block
 WARP = 32  # C10_WARP_SIZE
 
@@ -65,31 +67,27 @@ def torch_softmax_fp32(
     return (*forward, *drop), (*back, *backward), FP32 + dropout
 
 
-BIGSCIENCE = (
-    "bigscience-2110"  # the module_impl ``scores`` name of this code (specs.system.MODULE_IMPLS)
-)
-FALLBACK_FAMILIES = (
-    "scores_fallback",
-    "scores_fallback_no_dropout",
-)  # Op.kernel families of the fallback
-DROPOUT_SCORES = (
-    "scores",
-    FALLBACK_FAMILIES[0],
-)  # the score families whose op runs the attention dropout
+# the module_impl ``scores`` name of this code (specs.choices.MODULE_IMPLS)
+BIGSCIENCE = "bigscience-2110"
+# Op.kernel families of the fallback, with and without dropout
+FALLBACK_FAMILIES = ("scores_fallback", "scores_fallback_no_dropout")
+# the score families whose op runs the attention dropout
+DROPOUT_SCORES = ("scores", FALLBACK_FAMILIES[0])
 
 
-def scores_family(
-    dropout: bool,
-    impl: tuple[tuple[str, str], ...],
-    batch: int,
-    heads: int,
-    queries: int,
-    keys: int,
-) -> str:
-    """The kernel family (graph.ops.Op.kernel) of the unfused scores' mask, softmax and dropout: "scores" (or
-    "scores_no_dropout"), or where the stack's ``impl`` (LayerShape.module_impl) runs this code and its check
-    fails for ``batch`` × ``heads`` matrices of ``queries`` × ``keys`` (fused_softmax_runs), FALLBACK_FAMILIES'."""
-    fallback = dict(impl).get("scores") == BIGSCIENCE
-    if fallback and not fused_softmax_runs(batch, heads, queries, keys):
+def scores_family(model: ModelSpec, shape) -> str:
+    """The kernel family (graph.ops.Op.kernel) of the unfused scores' mask, softmax and dropout of a layer of
+    ``model`` at ``shape`` (graph.transformer.LayerShape): "scores" (or "scores_no_dropout" without dropout), or
+    where the stack (shape.module_impl) runs this code and its check fails (fused_softmax_runs) on the
+    micro-batch × heads per GPU (a / shape.attention_head_split) score matrices of shape.attention_queries ×
+    shape.seq_length, FALLBACK_FAMILIES'. graph.transformer.attention_ops prices that family, cost.memory.score_bytes
+    keeps its saved bytes."""
+    dropout = model.has_dropout
+    if dict(shape.module_impl).get("scores") == BIGSCIENCE and not fused_softmax_runs(
+        shape.micro_batch,
+        model.heads // shape.attention_head_split,
+        shape.attention_queries,
+        shape.seq_length,
+    ):
         return FALLBACK_FAMILIES[0 if dropout else 1]
     return "scores" if dropout else "scores_no_dropout"

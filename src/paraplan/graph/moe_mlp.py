@@ -30,9 +30,14 @@ def moe_tokens(shape: LayerShape) -> float:
     return shape.local_tokens / shape.tp if shape.tp > 1 else float(shape.local_tokens)
 
 
+def average_routed_rows(model: ModelSpec, shape: LayerShape, expert: ExpertShape) -> float:
+    """T·k·etp: expert rows a rank computes on average (every routed token's k copies, etp times)."""
+    return moe_tokens(shape) * model.top_k * expert.etp
+
+
 def routed_rows(model: ModelSpec, shape: LayerShape, expert: ExpertShape) -> float:
-    """R: expert rows the busiest rank computes, T·k·etp·load (graph.routing.routed_load_factor, with the
-    router's expert spread graph.routing.router_expert_cv)."""
+    """R: expert rows the busiest rank computes, average_routed_rows × load (graph.routing.routed_load_factor,
+    with the router's expert spread graph.routing.router_expert_cv)."""
     load = routed_load_factor(
         moe_tokens(shape),
         model.top_k,
@@ -42,7 +47,7 @@ def routed_rows(model: ModelSpec, shape: LayerShape, expert: ExpertShape) -> flo
         model.experts,
         router_expert_cv(model, expert),
     )
-    return moe_tokens(shape) * model.top_k * expert.etp * load
+    return average_routed_rows(model, shape, expert) * load
 
 
 def _grouped_gemm(
@@ -422,7 +427,7 @@ def moe_mlp_activation_bytes(
     if (
         stashes_expert_activations(shape) and "moe_act" not in modules
     ):  # the buffer, on the average rows
-        average = tokens * model.top_k * expert.etp
+        average = average_routed_rows(model, shape, expert)
         routed = average * shape.paged_stash * stashed_row_bytes(model, shape, expert)
     router = ROUTER_SCORE_BYTES * tokens * model.experts
     shared = 0.0

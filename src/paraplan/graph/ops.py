@@ -73,7 +73,7 @@ class Op(NamedTuple):
     # fc1 bias gradient reduced in its epilogue (graph.moe_mlp.expert_ops, cost.compute.dglu_dbias_s)
     dgrad_epilogue: str | None = None
     # a grouped GEMM run as one kernel over its experts whatever the stack's grouped_gemm implementation (Transformer
-    # Engine's fused grouped MLP, graph.moe_mlp.fuses_grouped_mlp): cost.compute.grouped_gemm_time_s
+    # Engine's fused grouped MLP, graph.moe_mlp.fuses_grouped_mlp): cost.compute.op_times_s, one_kernel_grouped_s
     one_kernel: bool = False
 
 

@@ -16,7 +16,7 @@ from functools import lru_cache, wraps
 from paraplan.graph.ops import Collective, ExpertShape, LayerGraph, Op, mark_recomputed
 from paraplan.graph.ops import activation_kernel, norm_kernel, query_key_kernels, residual_kernel
 from paraplan.graph.cp_ring import cp_kv_ring, ring_merge_ops
-from paraplan.graph.eager_modules import loss_impl
+from paraplan.graph.losses import loss_impl
 from paraplan.graph.megatron_eager import eager_layer_ops
 from paraplan.graph.megatron_softmax import scores_family
 from paraplan.graph.tp_collectives import tp_collectives
@@ -254,10 +254,7 @@ def attention_ops(model: ModelSpec, shape: LayerShape) -> list[Op]:
         ] + ring_merge_ops(model, shape)  # the K/V ring's partial-output merges
     scores = batch * q_tokens * kv_tokens  # elements of the score matrix on this GPU
     dropout_mask = 1.0 if model.has_dropout else 0.0
-    name = scores_family(
-        model.has_dropout, shape.module_impl, shape.micro_batch, heads_local, q_tokens, kv_tokens
-    )
-    family = (name, batch * q_tokens, kv_tokens)
+    family = (scores_family(model, shape), batch * q_tokens, kv_tokens)
     softmax_bytes = ab * scores * 2 + (
         ab * scores * 2 + dropout_mask * scores if model.has_dropout else 0.0
     )
@@ -427,7 +424,7 @@ def lm_head_block(
     """Final norm, vocab-parallel output GEMM and cross-entropy on the last stage.
 
     The loss works on b·(s/c)·V/t logits per GPU, reading and writing the bytes per logit of the
-    implementation the stack runs (shape.module_impl's loss, graph.eager_modules.LOSS_IMPLS: by default
+    implementation the stack runs (shape.module_impl's loss, graph.losses.LOSS_IMPLS: by default
     fp32 logits read and written about three times forward and twice backward, Megatron-LM's
     vocab-parallel cross-entropy), plus small TP all-reduces of per-token statistics. A stack whose logits
     GEMM is an fp32 dot (module_impl logits fp32-dot, graph.xla_modules) runs it at the TF32 rate. Reads of the

@@ -140,19 +140,19 @@ def stack_shape_fields(system: SystemSpec) -> dict:
       for another recipe, grouped_mlp.py fuse_grouped_mlp_ops at 4329ff84);
     - ``hybridep_budget``: whether its HybridEP dispatch runs on a static receive budget
       (efficiency.runtime.moe_hybridep_budget);
-    - ``paged_stash``: the CUDA buffer factor of its MoE paged stash, 0 without one
-      (efficiency.runtime.moe_paged_stash);
+    - ``paged_stash``: the CUDA buffer factor of its MoE paged stash (efficiency.runtime.moe_paged_stash), 0
+      without one or without the fused grouped MLP, the only path that stashes (moe_mlp.stashes_expert_activations);
     - ``proj_quantised_copy``: whether the attention's output projection keeps its own quantised input copy
       (efficiency.runtime.proj_quantised_copy)."""
     eff = system.accelerator.efficiency
     runtime = eff.runtime
+    fused = runtime.moe_fused_grouped_mlp and runtime.fp8_recipe in ("mxfp8", "nvfp4")
     return dict(
         module_impl=impl_key(eff.module_impl),
         cp_ring=runtime.cp_ring,
         tp_fp8_gather=runtime.tp_fp8_all_gather,
-        fused_grouped_mlp=runtime.moe_fused_grouped_mlp
-        and runtime.fp8_recipe in ("mxfp8", "nvfp4"),
+        fused_grouped_mlp=fused,
         hybridep_budget=runtime.moe_hybridep_budget,
-        paged_stash=runtime.moe_paged_stash,
+        paged_stash=runtime.moe_paged_stash if fused else 0.0,
         proj_quantised_copy=runtime.proj_quantised_copy,
     )

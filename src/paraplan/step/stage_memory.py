@@ -184,29 +184,13 @@ def memory_at(
     if in_flight is None:
         in_flight = in_flight_microbatches(inp.knobs, inp.pp, inp.microbatches, index)
     out = resident_bytes(inp, h, in_flight, buckets)
-    share = h.share
-    return {
-        **{k: out[k] for k in _RESIDENT_FIELDS},
-        "transformer_weights_and_optimizer_bytes": h.transformer_states,
-        "transformer_activations_bytes": where(
-            inp.knobs.offload_activations,
-            (1.0 - share) * in_flight * h.transformer_kept + h.offloaded_acts,
-            in_flight * h.transformer_kept,
-        ),
-        "host_bytes": out["host_bytes"],
-        "peak_bytes": out["peak_bytes"],
-    }
-
-
-# resident_bytes's parts of the HBM peak, in the order the peak sums them
-_RESIDENT_FIELDS = (
-    "weights_bytes",
-    "gradients_bytes",
-    "optimizer_bytes",
-    "activations_bytes",
-    "buffers_bytes",
-    "reserved_bytes",
-)
+    out["transformer_weights_and_optimizer_bytes"] = h.transformer_states
+    out["transformer_activations_bytes"] = where(
+        inp.knobs.offload_activations,
+        (1.0 - h.share) * in_flight * h.transformer_kept + h.offloaded_acts,
+        in_flight * h.transformer_kept,
+    )
+    return out
 
 
 def resident_bytes(inp: StepInputs, h: StageHoldings, in_flight: Num, buckets: Num = None) -> dict:

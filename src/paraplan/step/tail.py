@@ -334,8 +334,8 @@ def _dp_traffic(inp: StepInputs, stage: Stage, branches: tuple, per_call: Num) -
         sizes = _collective_calls(inp, group, params, bucket, per_call)
         for kind in kinds:
             form, size, n = sizes[kind]
-            tiers = form.tier_times_s(size)  # time_s is their sum; hidden_price_s reads them too
-            t.time[kind] = t.time[kind] + where(group.size > 1, n * (tiers[0] + tiers[1]), 0.0)
+            tiers = form.tier_times_s(size)  # what time_s and hidden_price_s both read
+            t.time[kind] = t.time[kind] + where(group.size > 1, n * form.time_s(size, tiers), 0.0)
             t.price[kind] = t.price[kind] + where(
                 group.size > 1, n * form.hidden_price_s(size, tiers), 0.0
             )
