@@ -6,23 +6,15 @@ from __future__ import annotations
 
 import pytest
 
-from paraplan.catalog import load_framework
+from paraplan.catalog import load_framework, load_model
 from paraplan.graph import eager_modules as em
 from paraplan.graph.losses import LOSS_IMPLS
 from paraplan.graph.megatron_eager import BIAS_PASS, BSH_PERMUTE, eager_layer_ops
 from paraplan.graph.transformer import LayerShape, decoder_layer_1d, lm_head_block
 from paraplan.specs.model import ModelSpec
 
-MODEL = ModelSpec(
-    name="megatron-1.2b",
-    layers=40,
-    hidden=1536,
-    heads=16,
-    ffn_hidden=6144,
-    vocab=51200,
-    mlp="gelu",
-    norm="layernorm",
-)
+# GPT-3 Large's layer (h 1536, 16 heads, ffn 6144, vocabulary 51,200, gelu, LayerNorm) in the 1.2B's 40 layers
+MODEL = load_model("gpt3-760m").model_copy(update={"name": "megatron-1.2b", "layers": 40})
 TOKENS = 8 * 1024  # micro-batch 8 x sequence 1024
 BOTH = (BSH_PERMUTE, BIAS_PASS)
 # one GPU's micro-batch 8 x sequence 1024 in fp16, unfused attention, as the 2019 code ran it
