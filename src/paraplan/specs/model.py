@@ -105,6 +105,18 @@ class ModelSpec(InputModel):
         ge=0,
         description="the balancing's coefficient: auxiliary-loss weight, or the bias update speed of aux_free",
     )
+    router_groups: int | None = Field(
+        None,
+        gt=1,
+        description="group-limited routing: the experts in this many equal groups of consecutive ids "
+        "(HF n_group, Megatron-Core moe_router_num_groups); null: any expert (cost.moe.experts_units_hit)",
+    )
+    router_group_topk: int | None = Field(
+        None,
+        gt=0,
+        description="group-limited routing: the groups each token may use (HF topk_group, Megatron-Core "
+        "moe_router_group_topk; DeepSeek-V3's node-limited routing, M = 4 of 8)",
+    )
     attention_type: Literal["gqa", "mla"] = Field(
         "gqa", description="gqa (MHA/GQA/MQA) or mla (DeepSeek-V2 latent attention)"
     )
