@@ -108,14 +108,12 @@ class ModelSpec(InputModel):
     router_groups: int | None = Field(
         None,
         gt=1,
-        description="group-limited routing: the experts in this many equal groups of consecutive ids "
-        "(HF n_group, Megatron-Core moe_router_num_groups); null: any expert (cost.moe.experts_units_hit)",
+        description="group-limited routing: experts in this many groups of consecutive ids (HF n_group; cost.moe.experts_units_hit)",
     )
     router_group_topk: int | None = Field(
         None,
         gt=0,
-        description="group-limited routing: the groups each token may use (HF topk_group, Megatron-Core "
-        "moe_router_group_topk; DeepSeek-V3's node-limited routing, M = 4 of 8)",
+        description="group-limited routing: the groups a token may use (HF topk_group; DeepSeek-V3 4 of 8)",
     )
     attention_type: Literal["gqa", "mla"] = Field(
         "gqa", description="gqa (MHA/GQA/MQA) or mla (DeepSeek-V2 latent attention)"
