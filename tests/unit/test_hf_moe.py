@@ -139,6 +139,8 @@ def test_configs_match_the_catalog_entries(config, catalog):
         "sliding_window",
         "sliding_window_pattern",
         "tie_embeddings",
+        "router_groups",
+        "router_group_topk",
     )
     assert {f: getattr(model, f) for f in fields} == {f: getattr(expected, f) for f in fields}
     assert model.total_params == expected.total_params
@@ -147,6 +149,13 @@ def test_configs_match_the_catalog_entries(config, catalog):
 def test_qwen2_moe_shared_expert():
     m = model_from_hf_config(QWEN15_MOE, name="qwen15")
     assert (m.experts, m.top_k, m.shared_experts, m.shared_ffn_hidden) == (60, 4, 1, 5632)
+
+
+def test_group_limited_routing_is_read_when_it_limits():
+    ds = model_from_hf_config(DEEPSEEK_V3, name="d")
+    assert (ds.router_groups, ds.router_group_topk) == (8, 4)
+    one_group = model_from_hf_config(DEEPSEEK_V3 | {"n_group": 1, "topk_group": 1}, name="k")
+    assert (one_group.router_groups, one_group.router_group_topk) == (None, None)  # Kimi-K2's
 
 
 def test_moe_layer_patterns_fit_or_are_refused():

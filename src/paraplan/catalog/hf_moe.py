@@ -20,8 +20,9 @@ DeepSeek-V2 / V3, Kimi-K2 (``deepseek_v2``, ``deepseek_v3``, ``kimi_k2``)
     moe_intermediate_size), first_k_dense_replace -> dense_layers, moe_layer_freq ->
     moe_layer_interval (when the pattern fits), intermediate_size -> ffn_hidden, attention_type mla
     with q_lora_rank (null allowed), kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim,
-    num_nextn_predict_layers -> mtp_layers. Group-limited routing (n_group, topk_group) changes
-    where tokens go, not the work, and is ignored.
+    num_nextn_predict_layers -> mtp_layers, n_group / topk_group -> router_groups /
+    router_group_topk when topk_group < n_group (group-limited routing: where tokens go, not the
+    work; it prices the deduplicated dispatch, cost.moe.experts_units_hit).
 GPT-OSS (``gpt_oss``)
     num_local_experts -> experts, num_experts_per_tok -> top_k, intermediate_size ->
     moe_ffn_hidden, head_dim, attention_bias -> bias, sliding_window and layer_types ->
@@ -220,6 +221,9 @@ def _deepseek(data: dict, get, field: str, family: str) -> dict:
         "mtp_layers": get("num_nextn_predict_layers", default=0),
     }
     spec.pop("head_dim", None)
+    groups, used = get("n_group", default=None), get("topk_group", default=None)
+    if isinstance(groups, int) and isinstance(used, int) and 1 <= used < groups:
+        spec |= {"router_groups": groups, "router_group_topk": used}
     if shared:
         spec |= {
             "shared_experts": shared,

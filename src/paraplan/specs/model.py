@@ -105,6 +105,16 @@ class ModelSpec(InputModel):
         ge=0,
         description="the balancing's coefficient: auxiliary-loss weight, or the bias update speed of aux_free",
     )
+    router_groups: int | None = Field(
+        None,
+        gt=1,
+        description="group-limited routing: experts in this many groups of consecutive ids (HF n_group; cost.moe.experts_units_hit)",
+    )
+    router_group_topk: int | None = Field(
+        None,
+        gt=0,
+        description="group-limited routing: the groups a token may use (HF topk_group; DeepSeek-V3 4 of 8)",
+    )
     attention_type: Literal["gqa", "mla"] = Field(
         "gqa", description="gqa (MHA/GQA/MQA) or mla (DeepSeek-V2 latent attention)"
     )

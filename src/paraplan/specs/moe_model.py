@@ -25,7 +25,15 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # pragma: no cover
     from paraplan.specs.model import ModelSpec
 
-MOE_ONLY_FIELDS = ("top_k", "moe_ffn_hidden", "shared_experts", "shared_ffn_hidden", "dense_layers")
+MOE_ONLY_FIELDS = (
+    "top_k",
+    "moe_ffn_hidden",
+    "shared_experts",
+    "shared_ffn_hidden",
+    "dense_layers",
+    "router_groups",
+    "router_group_topk",
+)
 MLA_FIELDS = ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 _FIELD_DEFAULTS = {
     "top_k": 0,
@@ -33,6 +41,8 @@ _FIELD_DEFAULTS = {
     "shared_experts": 0,
     "shared_ffn_hidden": None,
     "dense_layers": 0,
+    "router_groups": None,
+    "router_group_topk": None,
 }
 
 
@@ -60,6 +70,7 @@ def moe_model_problems(m: "ModelSpec") -> list[str]:
             out.append(f"shared_ffn_hidden={m.shared_ffn_hidden} needs shared_experts > 0")
         if m.shared_experts and m.shared_ffn_hidden is None and m.moe_ffn_hidden is None:
             out.append("shared_ffn_hidden is required with shared_experts > 0")
+        out += _router_group_problems(m)
     if m.attention_type == "mla":
         missing = [name for name in MLA_FIELDS if getattr(m, name) is None]
         if missing:
@@ -74,6 +85,25 @@ def moe_model_problems(m: "ModelSpec") -> list[str]:
             out.append(f"{given[0]}={getattr(m, given[0])} needs attention_type=mla")
     if m.sliding_window_pattern and m.sliding_window is None:
         out.append(f"sliding_window_pattern={m.sliding_window_pattern} needs sliding_window")
+    return out
+
+
+def _router_group_problems(m: "ModelSpec") -> list[str]:
+    """Group-limited routing's rules: both fields or neither, whole groups of experts, fewer groups used
+    than there are, and top_k a multiple of the groups used (Megatron-Core moe_utils.group_limited_topk
+    scores a group by its top top_k / group_topk experts)."""
+    groups, used = m.router_groups, m.router_group_topk
+    if groups is None and used is None:
+        return []
+    if groups is None or used is None:
+        return ["router_groups and router_group_topk go together (group-limited routing)"]
+    out = []
+    if m.experts % groups:
+        out.append(f"router_groups={groups} must divide experts={m.experts}")
+    if used >= groups:
+        out.append(f"router_group_topk={used} must be below router_groups={groups}")
+    if m.top_k % used:
+        out.append(f"top_k={m.top_k} must be a multiple of router_group_topk={used}")
     return out
 
 
