@@ -26,6 +26,7 @@ from paraplan.cost.group_spans import strided_groups_span
 from paraplan.cost.frameworks import apply_framework
 from paraplan.specs.cluster import uniform_cluster
 from paraplan.specs.plan import PlanSpec
+from paraplan.specs.recompute import plan_fields as mode_plan_fields
 from paraplan.specs.rules import tp_rules
 from paraplan.specs.uniform_stages import uniform_stage_plan
 from paraplan.step.estimate import estimate
@@ -101,7 +102,8 @@ def draw_plan_fields(pick, model) -> dict:
     one, span several or straddle a node boundary, and so may a stage's dp group: a stage of S = tp·dp GPUs
     tiles the nodes when S | 8 or 8 | S, else (dp 3, 5, 6, 7) the uniform path prices it stage by stage,
     step.placement), 1F1B, GPipe or interleaved with vpp ≤ 4 (micro-batches a multiple of pp,
-    specs.rules.interleave_batch_rule), ZeRO 0-3, every recompute mode, sequence parallelism."""
+    specs.rules.interleave_batch_rule), ZeRO 0-3, the three common recompute modes (the stacks' per-op
+    policies: test_policy_recompute_modes_agree), sequence parallelism."""
     pp = pick([p for p in range(1, 9) if p <= model.layers])
     tp = pick([t for t in (1, 2, 4, 8) if t * pp <= MAX_GPUS and not tp_rules(model, t)])
     dp = pick([d for d in range(1, 9) if tp * pp * d <= MAX_GPUS])
@@ -283,3 +285,27 @@ def test_a_straddling_stage_is_priced_on_its_own_tp_group():
     assert len(tp_spans_by_stage(plan, 8)) == 2
     uniform, per_stage = both_paths("gpt3-125m", **plan)
     assert_same(uniform, per_stage)
+
+
+@pytest.mark.parametrize(
+    ("framework", "mode"), [("torchtitan", "op_sac"), ("maxtext", "save_dots")]
+)
+@pytest.mark.parametrize(("pp", "zero"), [(1, 3), (2, 1), (4, 0)])
+def test_policy_recompute_modes_agree(framework, mode, pp, zero):
+    """The per-op policies (specs.recompute: torchtitan's op_sac, MaxText's save_dots) are per-stage
+    recompute_ops lists on the per-stage path (specs.recompute.stage_fields), the same price as the uniform
+    plan's recompute_modules."""
+    uniform, per_stage = both_paths(
+        "llama3-8b",
+        framework=framework,
+        gpus=8,
+        tp=2,
+        pp=pp,
+        global_batch=16,
+        micro_batch=1,
+        seq_length=2048,
+        zero=zero,
+        **mode_plan_fields(mode),
+    )
+    assert_same(uniform, per_stage)
+    assert uniform.breakdown.recompute_s > 0
