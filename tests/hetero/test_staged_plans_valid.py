@@ -89,6 +89,15 @@ def test_search_cluster_plans_pass_the_stage_plan_check(model, pool_list, batch_
 
 
 @CHECK
+@given(models(), pools(2), st.integers(2, 5))
+def test_two_pool_cluster_plans_pass_the_stage_plan_check(model, pool_list, batch_log2):
+    """Two pools every time (the draw above settles on one pool for most examples): stages on either pool
+    and on both GPU types, each checked as the estimator checks it."""
+    problem = _problem(model, pool_list, batch_log2)
+    _assert_valid(problem, search_cluster(problem, top_k=3))
+
+
+@CHECK
 @given(models(), pools(1), st.integers(2, 5), st.sampled_from((0, 3000)))
 def test_search_non_uniform_plans_pass_the_stage_plan_check(model, pool_list, batch_log2, exact):
     """exact_limit 0 forces the alleviation path, 3000 (the default) lets small spaces be enumerated."""
