@@ -61,6 +61,7 @@ def test_bundled_files_load():
         "mbridge-260601.json",
         "mbridge-260401.json",
         "mbridge-2606.json",
+        "newhw-steps.json",
     } <= set(names)
     cases = load_cases()
     # 118 + the held-out FSDP-stack sets (20 llm-foundry, 23 torchtitan) + BLOOM-176B (1) + MaxText (1 + 4)
@@ -78,7 +79,8 @@ def test_bundled_files_load():
     # + Megatron-Bridge 26.06.01 MoE rows whose model and GPU the catalog has (mbridge-260601.json, 8)
     # + Megatron-Bridge 26.04.01 rows whose model and GPU the catalog has (mbridge-260401.json, 14 dense + 20 MoE)
     # + Megatron-Bridge 26.06 pre-training rows whose model and GPU the catalog has (mbridge-2606.json, 7 + 14)
-    assert len(cases) == 389 and len({(c.file, c.name) for c in cases}) == 389
+    # + published single-GPU steps on hardware with few cases (newhw-steps.json, 1)
+    assert len(cases) == 390 and len({(c.file, c.name) for c in cases}) == 390
 
 
 @pytest.mark.parametrize("suffix", [".json", ".yaml"])

@@ -110,9 +110,20 @@ def test_calibration_and_held_out_reported_apart(report):
     # + Megatron-Bridge 26.06.01 MoE rows (mbridge-260601.json, 8)
     # + Megatron-Bridge 26.04.01 dense and MoE rows (mbridge-260401.json, 14 + 20)
     # + Megatron-Bridge 26.06 dense and MoE rows (mbridge-2606.json, 7 + 14)
-    assert summary["held_out"]["step_time_cases"] == (
-        12 + 25 + 15 + 8 + 4 + 20 + 23 + 1 + 1 + 8 + 7 + 14
-    ) + (2 + 3 + 3 + 3 + 8 + 17 + 4 + 4 + 14) + 32 + (19 + 13) + 8 + 4 + 8 + (14 + 20) + (7 + 14)
+    # + published single-GPU steps on hardware with few cases (newhw-steps.json, 1)
+    assert (
+        summary["held_out"]["step_time_cases"]
+        == (12 + 25 + 15 + 8 + 4 + 20 + 23 + 1 + 1 + 8 + 7 + 14)
+        + (2 + 3 + 3 + 3 + 8 + 17 + 4 + 4 + 14)
+        + 32
+        + (19 + 13)
+        + 8
+        + 4
+        + 8
+        + (14 + 20)
+        + (7 + 14)
+        + 1
+    )
     assert len(MOE_NAMES) == 10
     assert set(summary["by_group"]) >= {"korthikanti2022-gpt3-175b", "dgxc-llama31-70b-bf16"}
 
@@ -138,7 +149,7 @@ def test_every_step_time_case_fits(report):
     # + megatron-v1-v100 + mbridge-gb300 + mbridge-dense-more + alps-gh200 + gcp-gpu-recipes + consumer-gpus + dsexamples-hf-v100
     # + mbridge-moe-gb + bigscience-tr11-prequel + MaxText on Google Cloud H200 / B200 and one A3 VM (4)
     # + mbridge-nvfp4 (4) + mbridge-moe-more (14) + mbridge-2604 (32) + mbridge-260201 (32) + mbridge-2608 (8)
-    # + mbridge-moe-b300 (4) + mbridge-260601 (8) + mbridge-260401 (34) + mbridge-2606 (21)
+    # + mbridge-moe-b300 (4) + mbridge-260601 (8) + mbridge-260401 (34) + mbridge-2606 (21) + newhw-steps (1)
     assert (
         len(timed)
         == (58 + 25 + 15 + 8 + 4 + 20 + 23 + 1 + 1 + 8 + 7 + 14)
@@ -150,6 +161,7 @@ def test_every_step_time_case_fits(report):
         + 8
         + 34
         + 21
+        + 1
     )
     for case in timed:
         assert case["predicted"]["fits"], case["name"]
