@@ -218,12 +218,11 @@ def test_consumer_gpus_held_out(report):
 
 def test_newhw_steps_held_out(report):
     """Published steps on hardware with few cases (newhw-steps): llm.c's PyTorch reference, GPT-2 124M on one
-    A100 40GB PCIe (torch.compile, bf16 autocast, vocabulary 50,257 unpadded), held out. Today +28.6 %: the
-    LM head at the odd vocabulary is priced with cost.gemm_alignment's shares, measured on an H100 only
-    (docs/model.md). The bound keeps it from getting worse (a change that brings it closer passes); it is
-    not a tolerance we promise (issue 32's bar is 25 %)."""
+    A100 40GB PCIe (torch.compile, bf16 autocast, vocabulary 50,257 unpadded), held out. Today -7.6 %: the
+    LM head at the odd vocabulary runs cost.gemm_alignment's align-1 kernel at the H100's rate per SM per
+    clock (docs/model.md); issue 32's bar, 25 %."""
     cases = [c for c in report["cases"] if c["group"] == "llmc2405-a100-40gb"]
     assert len(cases) == 1 and all(
         c["role"] == "held_out" and c["predicted"]["fits"] for c in cases
     )
-    assert abs(cases[0]["error_pct"]["step_time_s"]) <= 29.0
+    assert abs(cases[0]["error_pct"]["step_time_s"]) <= 25.0

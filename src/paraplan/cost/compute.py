@@ -165,7 +165,7 @@ def gemm_time_s(
     size-efficiency curves in Calculon's system files (Isaev et al. 2023; Calculon repository systems/*.json).
     It is a per-GEMM cost of the step, outside the kernel (launch gaps, dependent-kernel bubbles;
     docs/model.md §2), so it is added to a table's isolated-kernel time too. A GEMM with a dimension
-    off the 16-byte grid runs at cost.gemm_alignment's measured share of the rate, unless the
+    off the 16-byte grid runs at cost.gemm_alignment's share of the rate, unless the
     framework pads what would be unaligned (efficiency.aligned_gemms_only), or the caller knows no odd
     dimension is an operand's leading dimension (``leading_dims_aligned``: a routed expert's token count,
     cost.gemm_alignment)."""
@@ -194,13 +194,17 @@ def _gemm_compute(flops, shape, acc: AcceleratorSpec, dtype: str, leading_dims_a
     its own launch, the analytical form adds efficiency.kernel_overhead_s."""
     b, m, n, k = _padded(shape)
     skip = leading_dims_aligned or acc.efficiency.aligned_gemms_only
-    aligned = 1.0 if skip else gemm_alignment_share(m, n, k, dtype)
+
+    def share(aligned_flops: float) -> float:  # cost.gemm_alignment, at this GEMM's aligned rate
+        return 1.0 if skip else gemm_alignment_share(m, n, k, dtype, acc, aligned_flops)
+
     if acc.kernel_tables:
         measured = tables.gemm_time_s(acc.kernel_tables, acc.l2_cache, b, m, n, k, dtype)
         if measured is not None:
-            return table_kernel_s(measured, flops, (b, m, n, k), acc, dtype) / aligned, 0.0
-    rate = acc.peak_matrix_flops(dtype) * gemm_efficiency(b, m, n, k, acc, dtype) * aligned
-    return flops / rate, acc.efficiency.kernel_overhead_s
+            kernel_s = table_kernel_s(measured, flops, (b, m, n, k), acc, dtype)
+            return kernel_s / share(flops / kernel_s), 0.0
+    rate = acc.peak_matrix_flops(dtype) * gemm_efficiency(b, m, n, k, acc, dtype)
+    return flops / (rate * share(rate)), acc.efficiency.kernel_overhead_s
 
 
 def gemm_traffic_floor_s(

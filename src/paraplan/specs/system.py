@@ -330,6 +330,13 @@ class AcceleratorSpec(InputModel):
     sm_count: int = Field(
         gt=0, description="streaming multiprocessors (compute units); sets the wave size"
     )
+    sm_clock_ghz: float | None = Field(
+        None,
+        gt=0,
+        le=5,
+        description="datasheet boost SM clock (GHz): the rate of cost.gemm_alignment's align-1 fallback "
+        "kernel on the parts that run it (per SM per clock); None: not stated",
+    )
     softmax_exp_rate: Annotated[float, Field(gt=0)] | None = Field(
         None,
         description="exponentials per second of the special function units (MUFU.EX2: SMs × results per "
