@@ -93,16 +93,12 @@ def unaligned_rate_flops(dimension: str, acc: AcceleratorSpec) -> float | None:
 
 
 def gemm_alignment_share(
-    m: float,
-    n: float,
-    k: float,
-    dtype: str,
-    acc: AcceleratorSpec | None = None,
-    aligned_flops: float | None = None,
+    m: float, n: float, k: float, dtype: str, acc: AcceleratorSpec | None = None, aligned_flops=0.0
 ) -> float:
     """Share of the aligned GEMM rate reached by Y[m,n] = X[m,k]·W[k,n] (1.0 when aligned): the
-    smallest among its odd dimensions of min(1, unaligned_rate_flops / ``aligned_flops``) on an
-    Ampere / Ada part with a stated clock, else of the measured H100 shares (module docstring)."""
+    smallest among its odd dimensions of min(1, unaligned_rate_flops / ``aligned_flops``, the GEMM's
+    aligned FLOP/s on ``acc``) on an Ampere / Ada part with a stated clock, else of the measured H100
+    shares (module docstring)."""
     share = 1.0
     for dimension in odd_dimensions(m, n, k, dtype):
         rate = None if acc is None else unaligned_rate_flops(dimension, acc)
