@@ -39,7 +39,6 @@ from collections import defaultdict
 from itertools import combinations
 
 from _table import print_table
-
 from paraplan.catalog import load_system
 from paraplan.specs.plan import PlanSpec
 from paraplan.validate.case_files import (
