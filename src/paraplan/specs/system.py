@@ -181,6 +181,11 @@ class HostFields(InputModel):
         description="CUDA RNG state copies the activation-checkpoint function makes per recomputed layer, "
         "forward and backward together (cost.rng_state)",
     )
+    checkpoint_early_stop: bool = Field(
+        False,
+        description="full recomputation stops once the forward's last saved tensor is recomputed (torch.utils."
+        "checkpoint, use_reentrant=False, early_stop=True): step.block_sums.early_stop_tail_s",
+    )
     autocast_casts: bool = Field(
         False,
         description="AMP autocast over fp32 parameters: one cast kernel per GEMM weight forward and one per "

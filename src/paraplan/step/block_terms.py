@@ -289,12 +289,15 @@ def deferred_wgrad_exposure_s(c, comm, overlap_tp_comm: Num, tp_backward_s: Num)
 
 def recompute_s(compute, recompute_code: Num, forward: Num | None = None) -> Num:
     """Seconds recomputation re-runs per micro-batch (Korthikanti et al. 2022 §5): full (code 2) the
-    block's forward (``forward``: its host-bounded time, host_region_times_s; default its device time) and
-    the checkpoint function's CUDA RNG state copies (``rng_checkpoint``, cost.rng_state), selective (1) its
-    core attention (``attention_forward``), none (0) nothing."""
+    block's forward (``forward``: its host-bounded time, host_region_times_s; default its device time) less
+    the trailing ops an early-stopping checkpoint does not re-run (``early_stop_forward``,
+    step.block_sums.early_stop_tail_s; their device time) and the checkpoint function's CUDA RNG state
+    copies (``rng_checkpoint``, cost.rng_state), selective (1) its core attention (``attention_forward``),
+    none (0) nothing."""
+    rerun = (compute.forward if forward is None else forward) - compute.early_stop_forward
     return where(
         recompute_code == 2,
-        (compute.forward if forward is None else forward) + compute.rng_checkpoint,
+        maximum(0.0, rerun) + compute.rng_checkpoint,
         where(recompute_code == 1, compute.attention_forward, 0.0),
     )
 

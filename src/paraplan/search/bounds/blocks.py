@@ -214,7 +214,7 @@ def memory_floors(
 ) -> ModeFloors:
     """Per recompute mode, each block kind's least work: its layer floor (``floors.work``: compute and exposed
     dispatch) plus the least the mode recomputes (step.compose.recompute_s: full re-runs a recomputed kind's
-    forward, at least ``floors.forward``; selective at least 0), every other BlockTerms part >= 0, so no
+    forward, at least ``floors.forward``, or 0 where the checkpoint stops early; selective at least 0), every other BlockTerms part >= 0, so no
     communication is costed; and its least kept and held activation bytes over every row with these degrees,
     micro-batch and mode (step.build.kind_memory_facts at each layer knob of the mode and the expert option that
     keeps the least, least_memory_expert). The cheapest refinement: it raises a block whose activations force
@@ -239,7 +239,11 @@ def memory_floors(
             facts = kind_memory_facts(model, shape, name, MODES[mode].recompute)
             least_kept[name] = min(least_kept[name], facts.activation_bytes)
             least_held[name] = min(least_held[name], facts.held_bytes)
-        full = MODES[mode].code == 2
+        # an early-stopping checkpoint re-runs less than the forward (step.block_sums.early_stop_tail_s): no floor
+        full = (
+            MODES[mode].code == 2
+            and not problem.system.accelerator.efficiency.checkpoint_early_stop
+        )
         work[mode] = {
             name: floors.work[name]
             + (floors.forward[name] if full and BLOCK_KINDS[name].recomputed else 0.0)
