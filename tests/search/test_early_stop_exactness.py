@@ -1,0 +1,37 @@
+"""The fast search stays exact where a full recomputation stops early (pytorch-eager: step.block_sums.
+early_stop_tail_s), whose recomputed forward is below the forward floor the memory bounds add for it
+(search.bounds.blocks.memory_floors); one-candidate chunks so that the bounds decide what is skipped."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from paraplan.catalog import load_framework, load_model, load_system
+from paraplan.cost.frameworks import framework_search_fields, framework_system
+from paraplan.search import row_scan
+from paraplan.search.exhaustive import exhaustive_search
+from paraplan.search.run import search
+from paraplan.search.space import SearchProblem
+
+
+@pytest.mark.slow
+def test_search_exact_with_early_stop(monkeypatch):
+    fw = load_framework("pytorch-eager")
+    system = framework_system(fw, load_system("dgx-h100-80gb"))
+    assert system.accelerator.efficiency.checkpoint_early_stop
+    problem = SearchProblem(
+        model=load_model("gpt3-6.7b"),
+        system=system,
+        **{"gpus": 8, "global_batch": 64, "seq_length": 4096},
+        **{"micro_batch": (1, 2, 4, 8), "recompute": ("full",)},
+        **{"vary_placement": False, "vary_offload": False, **framework_search_fields(fw)},
+    )
+    monkeypatch.setattr(row_scan, "CHUNK_CANDIDATES", 1)
+    fast, ref = search(problem, top_k=10), exhaustive_search(problem, top_k=10)
+    assert fast.evaluated < fast.candidates  # the bounds pruned
+    assert all(p.plan.recompute == "full" for p in ref.plans)
+    assert [p.key for p in fast.plans] == [p.key for p in ref.plans]
+    for a, b in zip(fast.plans, ref.plans):
+        assert math.isclose(a.estimate.step_time_s, b.estimate.step_time_s, rel_tol=1e-9)
