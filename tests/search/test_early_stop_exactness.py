@@ -11,9 +11,12 @@ import pytest
 from paraplan.catalog import load_framework, load_model, load_system
 from paraplan.cost.frameworks import framework_search_fields, framework_system
 from paraplan.search import row_scan
+from paraplan.search.bounds.blocks import memory_floors
+from paraplan.search.bounds.step_floors import LayerFloors
 from paraplan.search.exhaustive import exhaustive_search
 from paraplan.search.run import search
 from paraplan.search.space import SearchProblem
+from paraplan.step.build import BLOCK_KINDS, model_block_kinds
 
 
 @pytest.mark.slow
@@ -35,3 +38,24 @@ def test_search_exact_with_early_stop(monkeypatch):
     assert [p.key for p in fast.plans] == [p.key for p in ref.plans]
     for a, b in zip(fast.plans, ref.plans):
         assert math.isclose(a.estimate.step_time_s, b.estimate.step_time_s, rel_tol=1e-9)
+
+
+def _full_mode_work(framework: str) -> dict:
+    """memory_floors' full-recompute work floor of each recomputed kind, from floors work 1 and forward 0.5."""
+    fw = load_framework(framework)
+    problem = SearchProblem(
+        model=load_model("gpt3-1.3b"),
+        system=framework_system(fw, load_system("dgx-h100-80gb")),
+        **{"gpus": 8, "global_batch": 8, "seq_length": 2048, "recompute": ("full",)},
+        **{"vary_placement": False, "vary_offload": False, **framework_search_fields(fw)},
+    )
+    kinds = model_block_kinds(problem.model)
+    floors = LayerFloors(dict.fromkeys(kinds, 1.0), 0.0, dict.fromkeys(kinds, 0.5))
+    (work,) = memory_floors(problem, 1, 1, 1, floors).work.values()
+    return {k: v for k, v in work.items() if BLOCK_KINDS[k].recomputed}
+
+
+def test_full_mode_floor_without_the_forward():
+    """The floor adds the least forward for a full recomputation (1 + 0.5), none where it may stop short."""
+    assert set(_full_mode_work("megatron-core").values()) == {1.5}
+    assert set(_full_mode_work("pytorch-eager").values()) == {1.0}
