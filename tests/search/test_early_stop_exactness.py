@@ -27,8 +27,11 @@ def test_search_exact_with_early_stop(monkeypatch):
     problem = SearchProblem(
         model=load_model("gpt3-6.7b"),
         system=system,
-        **{"gpus": 8, "global_batch": 64, "seq_length": 4096},
-        **{"micro_batch": (1, 2, 4, 8), "recompute": ("full",)},
+        gpus=8,
+        global_batch=64,
+        seq_length=4096,
+        micro_batch=(1, 2, 4, 8),
+        recompute=("full",),
         **{"vary_placement": False, "vary_offload": False, **framework_search_fields(fw)},
     )
     monkeypatch.setattr(row_scan, "CHUNK_CANDIDATES", 1)
@@ -46,7 +49,10 @@ def _full_mode_work(framework: str) -> dict:
     problem = SearchProblem(
         model=load_model("gpt3-1.3b"),
         system=framework_system(fw, load_system("dgx-h100-80gb")),
-        **{"gpus": 8, "global_batch": 8, "seq_length": 2048, "recompute": ("full",)},
+        gpus=8,
+        global_batch=8,
+        seq_length=2048,
+        recompute=("full",),
         **{"vary_placement": False, "vary_offload": False, **framework_search_fields(fw)},
     )
     kinds = model_block_kinds(problem.model)
