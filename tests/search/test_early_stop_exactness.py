@@ -19,21 +19,27 @@ from paraplan.search.space import SearchProblem
 from paraplan.step.build import BLOCK_KINDS, model_block_kinds
 
 
+def _problem(framework: str, model: str, **sizes) -> SearchProblem:
+    """A search on one DGX H100 node under ``framework``, full recomputation only."""
+    fw = load_framework(framework)
+    fields = {"vary_placement": False, "vary_offload": False, **framework_search_fields(fw)}
+    system = framework_system(fw, load_system("dgx-h100-80gb"))
+    return SearchProblem(
+        model=load_model(model), system=system, recompute=("full",), **sizes, **fields
+    )
+
+
 @pytest.mark.slow
 def test_search_exact_with_early_stop(monkeypatch):
-    fw = load_framework("pytorch-eager")
-    system = framework_system(fw, load_system("dgx-h100-80gb"))
-    assert system.accelerator.efficiency.checkpoint_early_stop
-    problem = SearchProblem(
-        model=load_model("gpt3-6.7b"),
-        system=system,
+    problem = _problem(
+        "pytorch-eager",
+        "gpt3-6.7b",
         gpus=8,
         global_batch=64,
         seq_length=4096,
         micro_batch=(1, 2, 4, 8),
-        recompute=("full",),
-        **{"vary_placement": False, "vary_offload": False, **framework_search_fields(fw)},
     )
+    assert problem.system.accelerator.efficiency.checkpoint_early_stop
     monkeypatch.setattr(row_scan, "CHUNK_CANDIDATES", 1)
     fast, ref = search(problem, top_k=10), exhaustive_search(problem, top_k=10)
     assert fast.evaluated < fast.candidates  # the bounds pruned
@@ -45,16 +51,7 @@ def test_search_exact_with_early_stop(monkeypatch):
 
 def _full_mode_work(framework: str) -> dict:
     """memory_floors' full-recompute work floor of each recomputed kind, from floors work 1 and forward 0.5."""
-    fw = load_framework(framework)
-    problem = SearchProblem(
-        model=load_model("gpt3-1.3b"),
-        system=framework_system(fw, load_system("dgx-h100-80gb")),
-        gpus=8,
-        global_batch=8,
-        seq_length=2048,
-        recompute=("full",),
-        **{"vary_placement": False, "vary_offload": False, **framework_search_fields(fw)},
-    )
+    problem = _problem(framework, "gpt3-1.3b", gpus=8, global_batch=8, seq_length=2048)
     kinds = model_block_kinds(problem.model)
     floors = LayerFloors(dict.fromkeys(kinds, 1.0), 0.0, dict.fromkeys(kinds, 0.5))
     (work,) = memory_floors(problem, 1, 1, 1, floors).work.values()
