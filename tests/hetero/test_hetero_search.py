@@ -153,7 +153,7 @@ def test_non_uniform_results_hold_the_size_of_their_space():
     assert result.mode == "exact" and result.space == 120 and not result.stopped
     assert result.to_dict()["space"] == 120 and result.to_dict()["finished"] is True
     cut = search_non_uniform(problem, top_k=1, max_stages=2, time_budget_s=0.0)
-    assert cut.stopped.endswith("solved; the space holds 120 candidates")
+    assert cut.stopped.endswith("solved; the non-uniform space holds 120 candidates")
     assert cut.to_dict()["finished"] is False
     local = search_non_uniform(problem, top_k=1, max_stages=2, exact_limit=0, time_budget_s=5.0)
     assert local.mode == "alleviation" and local.space == 120

@@ -2,8 +2,11 @@
 
 Per-stage GPU counts, tp and recompute. Exact by enumeration when the space of per-stage settings has at
 most ``exact_limit`` combinations (each combination's layer split solved by the DP of search.staged.hetero);
-otherwise iterative bottleneck alleviation (search.staged.alleviate) from the best plan of the AMP-style
-search (search.staged.hetero.search_cluster), under a time budget, with its trajectory.
+otherwise iterative bottleneck alleviation (search.staged.alleviate) from the uniform exact search's best
+plans (search.staged.uniform_seed, each under its own run-wide settings: schedule, vpp, ZeRO, sequence
+parallelism) and, where there is none, the AMP-style search's (search.staged.hetero.search_cluster), under a
+time budget, with its trajectory. Either way the uniform seeds are among the plans ranked, so the search
+never returns a plan slower than the best uniform plan a per-stage plan can state.
 
 The space is counted without listing it (non_uniform_space_size), so choosing between the two costs
 the same on 16 GPUs as on 16,384. Every candidate keeps the rules of a per-stage plan's stages
@@ -155,8 +158,9 @@ def search_non_uniform(
     time_budget_s: float = 5.0,
 ) -> HeteroResult:
     """Aceso-style search on one GPU type (module docstring): exact enumeration when the space has at
-    most ``exact_limit`` per-stage combinations, else bottleneck alleviation from the AMP-style best
-    within ``time_budget_s`` seconds of the whole search. The result holds the space's size
+    most ``exact_limit`` per-stage combinations, else bottleneck alleviation from the uniform seeds (or
+    the AMP-style best) within ``time_budget_s`` seconds of the whole search, the seeds' uniform search
+    included. The result holds the space's size
     (non_uniform_space_size), as the AMP-style search's holds its own (cluster_space_size)."""
     if not problem.cluster.is_uniform:
         raise InputError(
@@ -207,7 +211,7 @@ def _exact(
     elapsed = time.perf_counter() - t0
     stopped = (
         f"time budget {deadline - t0:g} s reached: {bounded} of {len(candidates)} candidates bounded, "
-        f"{solved} solved; the space holds {space} candidates"
+        f"{solved} solved; the non-uniform space holds {space} candidates"
         if cut
         else ""
     )

@@ -200,9 +200,13 @@ def best_splits(
         [0.0],
     )  # seconds: no call starts that would end past the deadline
     while not exhausted and time.perf_counter() <= deadline:
+        before = len(bounded)
         exhausted = _bound_round(problem, pending, bounded, deadline, slowest_bound)
         bounded.sort(key=lambda b: (b.bound, b.index))
         if not _solve_round(problem, bounded, solved, found, top_k, deadline, slowest_solve):
+            cut = True
+            break
+        if not exhausted and len(bounded) == before:  # the next bound would end past the deadline
             cut = True
             break
     else:
