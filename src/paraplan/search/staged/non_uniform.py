@@ -156,11 +156,13 @@ def search_non_uniform(
     max_stages: int = 4,
     exact_limit: int = 3000,
     time_budget_s: float = 5.0,
+    seeded: bool = True,
 ) -> HeteroResult:
     """Aceso-style search on one GPU type (module docstring): exact enumeration when the space has at
     most ``exact_limit`` per-stage combinations, else bottleneck alleviation from the uniform seeds (or
     the AMP-style best) within ``time_budget_s`` seconds of the whole search, the seeds' uniform search
-    included. The result holds the space's size
+    included; ``seeded`` False: no uniform seed (the per-stage space alone, as tests of its exactness
+    ask). The result holds the space's size
     (non_uniform_space_size), as the AMP-style search's holds its own (cluster_space_size)."""
     if not problem.cluster.is_uniform:
         raise InputError(
@@ -172,8 +174,9 @@ def search_non_uniform(
     max_stages = min(max_stages, problem.cluster.gpus, len(model_blocks(problem.model)))
     space = non_uniform_space_size(problem, max_stages, counts)
     if space <= exact_limit:
-        return _exact(problem, top_k, max_stages, counts, space, t0, t0 + time_budget_s)
-    return _alleviation(problem, top_k, time_budget_s, t0, space)
+        deadline = t0 + time_budget_s
+        return _exact(problem, top_k, max_stages, counts, space, t0, deadline, seeded)
+    return _alleviation(problem, top_k, time_budget_s, t0, space, seeded)
 
 
 def _exact(
@@ -184,12 +187,13 @@ def _exact(
     space: int,
     t0: float,
     deadline: float = math.inf,
+    seeded: bool = True,
 ) -> HeteroResult:
     """Every per-stage combination, each split solved exactly (search.staged.splits.best_splits),
     as far as the ``deadline`` (time.perf_counter) allows, under the problem's run-wide settings, and the
     uniform seeds (_seed_starts: the uniform search's best under the run-wide settings a per-stage plan
-    states), ranked together; ``space``: non_uniform_space_size."""
-    seeds = [s.candidate for s in _seed_starts(problem, deadline)]
+    states; none when not ``seeded``), ranked together; ``space``: non_uniform_space_size."""
+    seeds = [s.candidate for s in _seed_starts(problem, deadline)] if seeded else []
     candidates = []
     modes = searched_modes(problem)
     for pp in range(1, max_stages + 1):
@@ -287,11 +291,11 @@ def _ranked(plans: list[Candidate]) -> list[Candidate]:
     return list({c.plan: c for c in sorted(plans, key=lambda c: c.step_time_s)}.values())
 
 
-def _starts(problem: HeteroProblem, top_k: int, deadline: float):
+def _starts(problem: HeteroProblem, top_k: int, deadline: float, seeded: bool = True):
     """(the starts, best first: the uniform seeds, search.staged.uniform_seed, and the AMP-style start
     search's plans; that search's result, or None when the seeds leave it no share, AMP_START_SHARE, of
     the time left before ``deadline``)."""
-    starts = _seed_starts(problem, deadline)
+    starts = _seed_starts(problem, deadline) if seeded else []
     left_s = max(0.0, deadline - time.perf_counter())
     share_s = AMP_START_SHARE * left_s if starts else left_s
     start = None
@@ -303,14 +307,19 @@ def _starts(problem: HeteroProblem, top_k: int, deadline: float):
 
 
 def _alleviation(
-    problem: HeteroProblem, top_k: int, time_budget_s: float, t0: float, space: int
+    problem: HeteroProblem,
+    top_k: int,
+    time_budget_s: float,
+    t0: float,
+    space: int,
+    seeded: bool = True,
 ) -> HeteroResult:
     """Bottleneck alleviation (search.staged.alleviate) from each start in turn (_starts: the uniform exact
     search's best plans under their own run-wide settings, then the AMP-style best), best first, for what
     is left of the time budget; the best plan found and the starts are returned. ``space``:
     non_uniform_space_size, of which it visits a part."""
     deadline = t0 + time_budget_s
-    starts, amp = _starts(problem, top_k, deadline)
+    starts, amp = _starts(problem, top_k, deadline, seeded)
     stopped = (
         f"while finding the AMP-style start plan: {amp.stopped}" if amp and amp.stopped else ""
     )
