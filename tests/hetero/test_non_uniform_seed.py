@@ -13,10 +13,9 @@ from hypothesis import strategies as st
 
 from paraplan.catalog import load_model, load_system
 from paraplan.search.run import search
-from paraplan.search.space import SearchProblem
 from paraplan.search.staged.hetero import HeteroProblem, search_cluster
 from paraplan.search.staged.non_uniform import search_non_uniform
-from paraplan.search.staged.uniform_seed import uniform_seeds
+from paraplan.search.staged.uniform_seed import uniform_problem, uniform_seeds
 from paraplan.specs.cluster import uniform_cluster
 from paraplan.specs.stage_plan import stage_plan_violations
 from paraplan.specs.uniform_stages import unsupported_field_violations
@@ -26,24 +25,14 @@ REL = 1e-9
 
 
 def uniform_best_expressible(problem: HeteroProblem) -> float:
-    """The best step of the uniform exact search over the plans a per-stage plan states, written out here
-    (not through search.staged.uniform_seed): cp 1, schedules 1f1b / interleaved / gpipe, no offload,
-    default placement, tp a power of two within a node; plans with a field a per-stage plan lacks left out."""
-    pool = problem.cluster.pools[0]
-    sp = SearchProblem(
-        model=problem.model,
-        system=pool.system,
-        gpus=problem.cluster.gpus,
-        seq_length=problem.seq_length,
-        global_batch=problem.global_batch,
-        dtype=problem.dtype,
-        attention=problem.attention,
-        tp=tuple(t for t in (1, 2, 4, 8, 16) if t <= pool.gpus_per_node),
-        cp=(1,),
-        schedules=("1f1b", "interleaved", "gpipe"),
-        vary_offload=False,
-        vary_placement=False,
-    )
+    """The best step of the uniform exact search over the plans a per-stage plan states (its problem,
+    search.staged.uniform_seed.uniform_problem, checked here to be restricted so: cp 1, schedules 1f1b /
+    interleaved / gpipe, no offload, default placement, 1-D tp within a node), plans with a field a
+    per-stage plan lacks (specs.uniform_stages.unsupported_field_violations) left out."""
+    sp = uniform_problem(problem)
+    assert sp.cp == (1,) and set(sp.schedules) == {"1f1b", "interleaved", "gpipe"}
+    assert not sp.vary_offload and not sp.vary_placement and sp.tp_layouts == ("1d",)
+    assert max(sp.tp) <= problem.cluster.pools[0].gpus_per_node
     plans = [r for r in search(sp, top_k=20, workers=1).plans]
     steps = [r.estimate.step_time_s for r in plans if not unsupported_field_violations(r.plan)]
     return min(steps) if steps else float("inf")

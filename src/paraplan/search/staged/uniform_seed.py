@@ -35,6 +35,19 @@ SEED_PLANS = (
 )
 
 
+# the run-wide settings a seed gives the per-stage problem that prices moves from it (HeteroProblem fields,
+# read off the seed's per-stage plan, StagePlanSpec)
+SEEDED_FIELDS = (
+    "schedule",
+    "vpp",
+    "zero",
+    "sequence_parallel",
+    "overlap_dp_grad_reduce",
+    "overlap_param_gather",
+    "overlap_tp_comm",
+)
+
+
 class _OutOfTime(Exception):
     """The deadline passed during the uniform search (raised from its progress callback)."""
 
@@ -104,16 +117,7 @@ def uniform_seeds(problem: HeteroProblem, deadline: float) -> list[UniformSeed]:
             continue
         plan = uniform_stage_plan(ranked.plan, problem.model, problem.cluster.pools[0].name)
         try:
-            seeded = replace(
-                problem,
-                schedule=plan.schedule,
-                vpp=plan.vpp,
-                zero=plan.zero,
-                sequence_parallel=plan.sequence_parallel,
-                overlap_dp_grad_reduce=plan.overlap_dp_grad_reduce,
-                overlap_param_gather=plan.overlap_param_gather,
-                overlap_tp_comm=plan.overlap_tp_comm,
-            )
+            seeded = replace(problem, **{name: getattr(plan, name) for name in SEEDED_FIELDS})
         except InputError:  # run-wide settings the framework's launcher cannot state
             continue
         seeds.append(UniformSeed(ranked.estimate.step_time_s, plan, seeded))
