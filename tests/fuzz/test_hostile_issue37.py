@@ -151,8 +151,15 @@ def test_both_parsers_read_the_same_data():
 # ---- --non-uniform ignored --time-budget (issue 37: 512 GPUs, 112 s) ------------------------------
 def test_non_uniform_keeps_the_budget_from_its_first_second_and_says_where_it_stopped(cli):
     """The AMP-style start plan was searched without the budget; now the budget covers it, and the
-    output says where the budget stopped the search."""
+    output says where the budget stopped the search. The uniform seeds (search.staged.uniform_seed) now
+    start the alleviation and may let it finish within the second; without them (``seeded`` False) the
+    AMP-style start search is cut, and the stop names that search's own space, not the non-uniform one."""
     import time
+
+    from paraplan.catalog import load_model
+    from paraplan.search.staged.hetero import HeteroProblem
+    from paraplan.search.staged.non_uniform import search_non_uniform
+    from paraplan.specs.cluster import uniform_cluster
 
     t0 = time.perf_counter()
     _, out, _ = cli(
@@ -170,8 +177,20 @@ def test_non_uniform_keeps_the_budget_from_its_first_second_and_says_where_it_st
         "1",
         codes=(0, 1),
     )
-    assert "stopped: while finding the start plan: time budget" in out
+    assert "stopped: while finding the AMP-style start plan: time budget" in out or (
+        "finished: bottleneck alleviation ran to its end within the time budget" in out
+    )
     assert time.perf_counter() - t0 < 1.0 + 4.0
+    cluster = uniform_cluster(load_system("dgx-a100-80gb"), 512)
+    problem = HeteroProblem(load_model("gpt3-175b"), cluster, 512, 2048)
+    t0 = time.perf_counter()
+    result = search_non_uniform(problem, top_k=1, time_budget_s=1.0, seeded=False)
+    assert time.perf_counter() - t0 < 1.0 + 4.0
+    # the start search's budget is what is left of the second after the space is counted
+    assert result.stopped.startswith("while finding the AMP-style start plan: time budget 0.")
+    assert "; the AMP-style start search's space (equal stages, layer split by DP) holds " in (
+        result.stopped
+    )
 
 
 def test_non_uniform_exact_enumeration_keeps_the_budget_too():

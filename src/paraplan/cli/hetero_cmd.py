@@ -280,8 +280,8 @@ def search_hetero(
     if result.space and not result.stopped and result.mode == "alleviation":
         console.print(  # a local search ends before its space does: it never claims the best of all
             "finished: bottleneck alleviation ran to its end within the time budget, a local search "
-            f"from the AMP-style best; the space holds {result.space:,} candidates before the "
-            "per-stage rules"
+            f"from the best uniform plans; the non-uniform space holds {result.space:,} candidates "
+            "before the per-stage rules"
         )
     elif result.space and not result.stopped:
         console.print(

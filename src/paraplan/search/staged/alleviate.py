@@ -192,6 +192,8 @@ def alleviate(
         i = bottleneck(current_score)
         options = []
         for desc, cand in moves(current, i, recompute):
+            if time.perf_counter() - t0 > time_budget_s:
+                break  # the budget, checked per move: one iteration evaluates many
             if cand in visited:
                 continue
             sc = score_of(cand)

@@ -136,6 +136,7 @@ def _plan_from(
             "dtype": problem.dtype,
             "attention": problem.attention,
             "schedule": problem.schedule,
+            "vpp": problem.vpp,
             "zero": problem.zero,
             "overlap_dp_grad_reduce": problem.overlap_dp_grad_reduce,
             "engine": problem.engine,
@@ -281,11 +282,13 @@ def search_cluster(
     top_k: int = 5,
     orders: list[tuple[str, ...]] | None = None,
     time_budget_s: float | None = None,
+    space_name: str = "the space",
 ) -> HeteroResult:
     """AMP-style search (module docstring), stopped at ``time_budget_s`` from its start (the pool
     orders listed, bounded and solved so far; issue 37: six pools, 720 orders, ran past 120 s; issue 31:
     eleven pools ran out of memory listing 40 million orders before the budget applied). ``orders``: the
-    pool orders to search (default: every distinct one, search.staged.pool_orders)."""
+    pool orders to search (default: every distinct one, search.staged.pool_orders); ``space_name``: how
+    the stop message names this search's space (the per-stage search names it as its start's)."""
     t0 = time.perf_counter()
     deadline = math.inf if time_budget_s is None else t0 + time_budget_s
     total_orders = len(orders) if orders else pool_order_count(problem.cluster)
@@ -294,16 +297,15 @@ def search_cluster(
     stream = _candidates(
         problem, orders or pool_orders(problem.cluster), degrees, deadline, progress
     )
-    found, solved, bounded = best_splits(problem, stream, top_k, deadline)
-    over = time.perf_counter() > deadline  # read before the count below, which takes no budget
+    found, solved, bounded, over = best_splits(problem, stream, top_k, deadline)
     space = cluster_space_size(problem, len(degrees))
     plans = [
         Candidate(t, _plan_from(problem, s, b, m), _label(s, b, o))
         for t, s, b, m, o in found[:top_k]
     ]
     stopped = (
-        f"time budget {time_budget_s:g} s reached: {progress[0]} of {total_orders} pool orders "
-        f"enumerated, {bounded} of {progress[1]} candidates bounded, {solved} solved; the space "
+        f"time budget {time_budget_s:.3g} s reached: {progress[0]} of {total_orders} pool orders "
+        f"enumerated, {bounded} of {progress[1]} candidates bounded, {solved} solved; {space_name} "
         f"holds {space} candidates"
         if over
         else ""

@@ -2,8 +2,11 @@
 
 Per-stage GPU counts, tp and recompute. Exact by enumeration when the space of per-stage settings has at
 most ``exact_limit`` combinations (each combination's layer split solved by the DP of search.staged.hetero);
-otherwise iterative bottleneck alleviation (search.staged.alleviate) from the best plan of the AMP-style
-search (search.staged.hetero.search_cluster), under a time budget, with its trajectory.
+otherwise iterative bottleneck alleviation (search.staged.alleviate) from the uniform exact search's best
+plans (search.staged.uniform_seed, each under its own run-wide settings: schedule, vpp, ZeRO, sequence
+parallelism) and, where there is none, the AMP-style search's (search.staged.hetero.search_cluster), under a
+time budget, with its trajectory. Either way the uniform seeds are among the plans ranked, so the search
+never returns a plan slower than the best uniform plan a per-stage plan can state.
 
 The space is counted without listing it (non_uniform_space_size), so choosing between the two costs
 the same on 16 GPUs as on 16,384. Every candidate keeps the rules of a per-stage plan's stages
@@ -18,6 +21,7 @@ import itertools
 import math
 import time
 from collections.abc import Iterator
+from typing import NamedTuple
 
 import numpy as np
 
@@ -41,10 +45,12 @@ from paraplan.search.staged.hetero import (
 )
 from paraplan.search.staged.problem import launchable, searched_modes
 from paraplan.search.staged.splits import best_splits, split_launchable
+from paraplan.search.staged.uniform_seed import uniform_seeds
 from paraplan.specs.errors import InputError
 from paraplan.specs.parallel import ParallelDims
 from paraplan.specs.recompute import stage_fields
 from paraplan.specs.rules import stage_degree_rule
+from paraplan.specs.stage_plan import StagePlanSpec, stage_block_ranges
 from paraplan.step.blocks import model_blocks
 from paraplan.step.per_stage import StageSetting, estimate_stage_plan
 from paraplan.step.stage_blocks import recomputable_modules
@@ -150,10 +156,13 @@ def search_non_uniform(
     max_stages: int = 4,
     exact_limit: int = 3000,
     time_budget_s: float = 5.0,
+    seeded: bool = True,
 ) -> HeteroResult:
     """Aceso-style search on one GPU type (module docstring): exact enumeration when the space has at
-    most ``exact_limit`` per-stage combinations, else bottleneck alleviation from the AMP-style best
-    within ``time_budget_s`` seconds of the whole search. The result holds the space's size
+    most ``exact_limit`` per-stage combinations, else bottleneck alleviation from the uniform seeds (or
+    the AMP-style best) within ``time_budget_s`` seconds of the whole search, the seeds' uniform search
+    included; ``seeded`` False: no uniform seed (the per-stage space alone, as tests of its exactness
+    ask). The result holds the space's size
     (non_uniform_space_size), as the AMP-style search's holds its own (cluster_space_size)."""
     if not problem.cluster.is_uniform:
         raise InputError(
@@ -165,8 +174,9 @@ def search_non_uniform(
     max_stages = min(max_stages, problem.cluster.gpus, len(model_blocks(problem.model)))
     space = non_uniform_space_size(problem, max_stages, counts)
     if space <= exact_limit:
-        return _exact(problem, top_k, max_stages, counts, space, t0, t0 + time_budget_s)
-    return _alleviation(problem, top_k, time_budget_s, t0, space)
+        deadline = t0 + time_budget_s
+        return _exact(problem, top_k, max_stages, counts, space, t0, deadline, seeded)
+    return _alleviation(problem, top_k, time_budget_s, t0, space, seeded)
 
 
 def _exact(
@@ -177,9 +187,13 @@ def _exact(
     space: int,
     t0: float,
     deadline: float = math.inf,
+    seeded: bool = True,
 ) -> HeteroResult:
     """Every per-stage combination, each split solved exactly (search.staged.splits.best_splits),
-    as far as the ``deadline`` (time.perf_counter) allows; ``space``: non_uniform_space_size."""
+    as far as the ``deadline`` (time.perf_counter) allows, under the problem's run-wide settings, and the
+    uniform seeds (_seed_starts: the uniform search's best under the run-wide settings a per-stage plan
+    states; none when not ``seeded``), ranked together; ``space``: non_uniform_space_size."""
+    seeds = [s.candidate for s in _seed_starts(problem, deadline)] if seeded else []
     candidates = []
     modes = searched_modes(problem)
     for pp in range(1, max_stages + 1):
@@ -189,17 +203,20 @@ def _exact(
                 settings = _stage_settings_from(problem, configs, m)
                 if settings is not None:
                     candidates.append((settings, m, None))
-    found, solved, bounded = best_splits(problem, candidates, top_k, deadline)
+    found, solved, bounded, cut = best_splits(problem, candidates, top_k, deadline)
     names = (problem.cluster.pools[0].name,)
     plans = [
         Candidate(t, _plan_from(problem, s, b, m), _label(s, b, names))
         for t, s, b, m, _ in found[:top_k]
     ]
+    plans = _ranked(plans + seeds)[
+        :top_k
+    ]  # a uniform seed's run-wide settings are outside this space
     elapsed = time.perf_counter() - t0
     stopped = (
         f"time budget {deadline - t0:g} s reached: {bounded} of {len(candidates)} candidates bounded, "
-        f"{solved} solved; the space holds {space} candidates"
-        if time.perf_counter() > deadline
+        f"{solved} solved; the non-uniform space holds {space} candidates"
+        if cut
         else ""
     )
     return HeteroResult(
@@ -212,49 +229,123 @@ def _bounds(configs) -> tuple[int, ...]:
     return tuple(int(b) for b in np.concatenate([[0], np.cumsum([c.layers for c in configs])]))
 
 
+# Share of the time left after the uniform seeds (search.staged.uniform_seed) that the AMP-style start search
+# (search_cluster) takes when a seed exists; without one it takes the whole budget. 0: measured on 1,024 GPUs
+# (docs/heterogeneous.md), the start search at half of the budget returned no plan better than the seed,
+# whose run-wide settings (interleaving, sequence parallelism, ZeRO) the AMP-style search does not vary.
+AMP_START_SHARE = 0.0
+
+
+def _configs_of(plan: StagePlanSpec, n_blocks: int) -> tuple[StageConfig, ...]:
+    """The per-stage configs (StageConfig: blocks, GPUs, tp, recompute) of a per-stage plan."""
+    return tuple(
+        StageConfig(b - a, s.gpus, s.tp, s.recompute, tuple(s.recompute_ops))
+        for s, (a, b) in zip(plan.stages, stage_block_ranges(plan, n_blocks))
+    )
+
+
+def _runwide_note(problem: HeteroProblem) -> str:
+    """The run-wide settings at the end of a plan's label (schedule, vpp, sequence parallelism, ZeRO)
+    where a uniform seed set them."""
+    parts = [f"{problem.schedule}/v{problem.vpp}" if problem.vpp > 1 else problem.schedule]
+    parts += ["sp"] if problem.sequence_parallel else []
+    parts += [f"zero{problem.zero}"] if problem.zero else []
+    return "; " + " ".join(parts)
+
+
+class _Start(NamedTuple):
+    """A plan the alleviation may start from: its candidate and the problem whose run-wide settings
+    price moves from it (a uniform seed's own, search.staged.uniform_seed; else the search's)."""
+
+    candidate: Candidate
+    problem: HeteroProblem
+
+
+def _candidate(problem: HeteroProblem, configs, m: int, note: str = "") -> Candidate | None:
+    """The Candidate of these per-stage configs at ``m`` micro-batches (its step through the per-stage
+    estimator), or None when they break a rule the search keeps (_stage_settings_from, split_launchable)."""
+    bounds = _bounds(configs)
+    settings = _stage_settings_from(problem, configs, m)
+    if settings is None or not split_launchable(problem, bounds):
+        return None
+    plan = _plan_from(problem, settings, bounds, m)
+    step = estimate_stage_plan(problem.model, problem.cluster, plan).step_time_s
+    names = (problem.cluster.pools[0].name,)
+    return Candidate(step, plan, _label(settings, bounds, names) + note)
+
+
+def _seed_starts(problem: HeteroProblem, deadline: float) -> list[_Start]:
+    """The uniform seeds (search.staged.uniform_seed) the per-stage search can state and start from."""
+    n_blocks = len(model_blocks(problem.model))
+    starts = []
+    for seed in uniform_seeds(problem, deadline):
+        configs = _configs_of(seed.plan, n_blocks)
+        note = _runwide_note(seed.problem)
+        if c := _candidate(seed.problem, configs, seed.plan.n_microbatches, note):
+            starts.append(_Start(c, seed.problem))
+    return starts
+
+
+def _ranked(plans: list[Candidate]) -> list[Candidate]:
+    """The candidates by step time, each plan once."""
+    return list({c.plan: c for c in sorted(plans, key=lambda c: c.step_time_s)}.values())
+
+
+def _starts(problem: HeteroProblem, top_k: int, deadline: float, seeded: bool = True):
+    """(the starts, best first: the uniform seeds, search.staged.uniform_seed, and the AMP-style start
+    search's plans; that search's result, or None when the seeds leave it no share, AMP_START_SHARE, of
+    the time left before ``deadline``)."""
+    starts = _seed_starts(problem, deadline) if seeded else []
+    left_s = max(0.0, deadline - time.perf_counter())
+    share_s = AMP_START_SHARE * left_s if starts else left_s
+    start = None
+    if not starts or share_s > 0:
+        name = "the AMP-style start search's space (equal stages, layer split by DP)"
+        start = search_cluster(problem, top_k=top_k, time_budget_s=share_s, space_name=name)
+        starts += [_Start(c, problem) for c in start.plans]
+    return sorted(starts, key=lambda s: s.candidate.step_time_s), start
+
+
 def _alleviation(
-    problem: HeteroProblem, top_k: int, time_budget_s: float, t0: float, space: int
+    problem: HeteroProblem,
+    top_k: int,
+    time_budget_s: float,
+    t0: float,
+    space: int,
+    seeded: bool = True,
 ) -> HeteroResult:
-    """Bottleneck alleviation (search.staged.alleviate) from the best AMP-style plan, for what is left
-    of the time budget; ``space``: non_uniform_space_size, of which it visits a part."""
-    start = search_cluster(problem, top_k=1, time_budget_s=time_budget_s)  # the start, in budget
-    stopped = f"while finding the start plan: {start.stopped}" if start.stopped else ""
-    if not start.plans:
-        elapsed = time.perf_counter() - t0
-        return HeteroResult(
-            [], start.evaluated, elapsed, "alleviation", stopped=stopped, space=space
-        )
-    plan0 = start.plans[0].plan
-    m = plan0.n_microbatches
-    configs0 = tuple(
-        StageConfig(s.blocks[1] - s.blocks[0], s.gpus, s.tp, s.recompute, tuple(s.recompute_ops))
-        for s in plan0.stages
+    """Bottleneck alleviation (search.staged.alleviate) from each start in turn (_starts: the uniform exact
+    search's best plans under their own run-wide settings, then the AMP-style best), best first, for what
+    is left of the time budget; the best plan found and the starts are returned. ``space``:
+    non_uniform_space_size, of which it visits a part."""
+    deadline = t0 + time_budget_s
+    starts, amp = _starts(problem, top_k, deadline, seeded)
+    stopped = (
+        f"while finding the AMP-style start plan: {amp.stopped}" if amp and amp.stopped else ""
     )
-    left_s = max(0.0, time_budget_s - (time.perf_counter() - t0))
-    result = _alleviate(problem, configs0, m, left_s)
-    settings = _stage_settings_from(problem, result.best, m)
-    bounds = _bounds(result.best)
-    best = Candidate(
-        result.best_score.step_time_s,
-        _plan_from(problem, settings, bounds, m),
-        _label(settings, bounds, (problem.cluster.pools[0].name,)),
-    )
-    plans = [best] + [p for p in start.plans if p.plan != best.plan]  # the start plan once
-    evaluated = start.evaluated + result.evaluations
+    evaluated = amp.evaluated if amp else 0
+    n_blocks = len(model_blocks(problem.model))
+    found, best, trajectory = [s.candidate for s in starts], None, []
+    for s in starts:
+        if time.perf_counter() > deadline:
+            break
+        m = s.candidate.plan.n_microbatches
+        left_s = max(0.0, deadline - time.perf_counter())
+        result = _alleviate(s.problem, _configs_of(s.candidate.plan, n_blocks), m, left_s)
+        evaluated += result.evaluations
+        note = _runwide_note(s.problem) if s.problem is not problem else ""
+        c = _candidate(s.problem, result.best, m, note)
+        if best is None or c.step_time_s < best.step_time_s:
+            best, trajectory = c, result.trajectory
+    plans = _ranked(([best] if best else []) + found)
     elapsed = time.perf_counter() - t0
     if not stopped and elapsed > time_budget_s:
         stopped = (
-            f"time budget {time_budget_s:g} s reached: {result.evaluations} alleviation moves; "
-            f"the space holds {space} candidates"
+            f"time budget {time_budget_s:g} s reached: {evaluated} alleviation moves from "
+            f"{len(starts)} start plan(s); the non-uniform space holds {space} candidates"
         )
     return HeteroResult(
-        plans[:top_k],
-        evaluated,
-        elapsed,
-        "alleviation",
-        result.trajectory,
-        stopped=stopped,
-        space=space,
+        plans[:top_k], evaluated, elapsed, "alleviation", trajectory, stopped=stopped, space=space
     )
 
 
@@ -275,7 +366,10 @@ def _alleviate(
         if settings is None:
             return None
         plan = _plan_from(problem, settings, _bounds(configs), m)
-        est = estimate_stage_plan(problem.model, problem.cluster, plan)
+        try:  # an interleaved seed's moves may break a rule of its chunks (stage_plan_violations)
+            est = estimate_stage_plan(problem.model, problem.cluster, plan)
+        except InputError:
+            return None
         overflow = tuple(s.peak_bytes - s.capacity_bytes for s in est.stages)
         return Score(est.step_time_s, est.stage_work_s, overflow)
 

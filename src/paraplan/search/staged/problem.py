@@ -6,7 +6,6 @@ rules on one candidate's stage settings (launchable, search.launch)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
 
 from paraplan.cost.frameworks import PLAN_DEFAULTS, framework_cluster
 from paraplan.search import launch
@@ -73,8 +72,10 @@ class HeteroProblem:
         if unlaunchable := launch.run_wide_violations(self.framework, self):
             raise InputError.from_violations([Violation(*v) for v in unlaunchable])
 
-    # fixed in these searches (read by step.per_stage.common_of with the fields above)
-    vpp: ClassVar[int] = 1
+    # model chunks per stage (read by step.per_stage.common_of with the fields above): 1 in the searches'
+    # own candidates; an interleaved uniform seed's (search.staged.uniform_seed) where the per-stage search
+    # alleviates from it, with its schedule
+    vpp: int = 1
 
     @property
     def common(self) -> Common:

@@ -185,33 +185,48 @@ def best_splits(
     longer than the budget (issue 31: two pools of 512 GPUs, GPT-3 175B, 504 candidates bounded in
     about 16 s, none solved in 5 s). Without a deadline, one round: every candidate bounded, then solved
     in order. The k best, ranked by (step, bound, index), are the same in either case once the search
-    runs to its end; past the deadline nothing more is bounded or solved, found or not.
+    runs to its end; past the deadline nothing more is bounded or solved, found or not, nor is a bound or solve
+    started that, taking as long as the longest of its kind so far, would end past it.
 
-    Returns (found, solved, bounded): the k best as (step, settings, bounds, microbatches, extra), and
-    how many candidates were solved and bounded."""
+    Returns (found, solved, bounded, cut): the k best as (step, settings, bounds, microbatches, extra),
+    how many candidates were solved and bounded, and whether the deadline cut the search."""
     pending = enumerate(candidates)
     bounded: list[_Bounded] = []
     solved: set[int] = set()
     found: list = []  # (step, bound, index, settings, bounds, microbatches, extra)
     exhausted = False
+    slowest_bound, slowest_solve = (
+        [0.0],
+        [0.0],
+    )  # seconds: no call starts that would end past the deadline
     while not exhausted and time.perf_counter() <= deadline:
-        exhausted = _bound_round(problem, pending, bounded, deadline)
+        before = len(bounded)
+        exhausted = _bound_round(problem, pending, bounded, deadline, slowest_bound)
         bounded.sort(key=lambda b: (b.bound, b.index))
-        if not _solve_round(problem, bounded, solved, found, top_k, deadline):
+        if not _solve_round(problem, bounded, solved, found, top_k, deadline, slowest_solve):
+            cut = True
             break
-    return [f[:1] + f[3:] for f in found], len(solved), len(bounded)
+        if not exhausted and len(bounded) == before:  # the next bound would end past the deadline
+            cut = True
+            break
+    else:
+        cut = not exhausted
+    return [f[:1] + f[3:] for f in found], len(solved), len(bounded), cut
 
 
-def _bound_round(problem: HeteroProblem, pending, bounded: list[_Bounded], deadline: float) -> bool:
+def _bound_round(
+    problem: HeteroProblem, pending, bounded: list[_Bounded], deadline: float, slowest: list[float]
+) -> bool:
     """Bound candidates from ``pending`` into ``bounded`` until it is exhausted (True), the deadline
-    passes, or, the round's first candidate bounded, half the time left at its start is spent (False)."""
+    would pass before the next bound ends (``slowest[0]``: the longest bound so far, updated here), or,
+    the round's first candidate bounded, half the time left at its start is spent (False)."""
     n = len(model_blocks(problem.model))
     start = time.perf_counter()
     soft = deadline if math.isinf(deadline) else start + (deadline - start) / 2
     first = True
     while True:
         now = time.perf_counter()
-        if now > deadline or (now > soft and not first):
+        if now + slowest[0] > deadline or (now > soft and not first):
             return False
         item = next(pending, None)
         if item is None:
@@ -221,6 +236,7 @@ def _bound_round(problem: HeteroProblem, pending, bounded: list[_Bounded], deadl
             continue
         first = False
         bound, arrays = lower_bound(problem, settings)
+        slowest[0] = max(slowest[0], time.perf_counter() - now)
         bounded.append(_Bounded(bound, index, settings, microbatches, extra, arrays))
 
 
@@ -231,19 +247,23 @@ def _solve_round(
     found: list,
     top_k: int,
     deadline: float,
+    slowest: list[float],
 ) -> bool:
     """Solve the bounded candidates (sorted) not yet ``solved``, adding each split found to ``found``
-    (kept sorted), until a bound reaches the k-th best step (True) or the deadline passes (False)."""
+    (kept sorted), until a bound reaches the k-th best step (True) or the deadline would pass before the
+    next solve ends (``slowest[0]``: the longest solve so far, updated here; False)."""
     for b in bounded:
         if len(found) >= top_k and b.bound >= found[top_k - 1][0]:
             return True
         if b.index in solved:
             continue
-        if time.perf_counter() > deadline:
+        now = time.perf_counter()
+        if now + slowest[0] > deadline:
             return False
         solved.add(b.index)
         cutoff = found[top_k - 1][0] if len(found) >= top_k else math.inf
         best = split_stages(problem, b.settings, b.microbatches, b.arrays, cutoff)
+        slowest[0] = max(slowest[0], time.perf_counter() - now)
         if best is not None:
             found.append(
                 (best.step_s, b.bound, b.index, b.settings, best.bounds, b.microbatches, b.extra)

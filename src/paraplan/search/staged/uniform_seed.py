@@ -1,0 +1,124 @@
+"""The uniform seed of the per-stage search (``paraplan search --non-uniform``): the uniform exact search's
+best plans (search.run.search, the path of ``paraplan search --system S --gpus N``) restated stage by stage
+(specs.uniform_stages.uniform_stage_plan). A uniform plan is a per-stage plan with equal stages, priced
+alike by both paths (tests/unit/test_one_path.py), so a per-stage search that keeps it, or alleviates from
+it, never returns a plan slower than the best uniform plan a per-stage plan can state.
+
+The uniform search is restricted to what a per-stage plan states rather than its plans dropped: cp 1 (a
+stage has tp and dp only), the schedules a per-stage plan runs (STAGE_SCHEDULES: 1f1b, interleaved, gpipe),
+no offload, the default placement and layer split, 1-D tp inside a node (the per-stage searches keep tp
+within NVLink, as AMP and Aceso do), and the problem's run-wide knobs, overlap defaults and framework
+(search.launch); ZeRO, sequence parallelism, interleaving (vpp), recompute, the overlap switches and the
+micro-batch vary as in the uniform search. A plan it still cannot restate (specs.uniform_stages.
+unsupported_field_violations) is left out. Only for the Megatron-LM pipeline runtime (``engine``
+megatron): the uniform path prices no other.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+
+from paraplan.search.run import search
+from paraplan.search.space import SearchProblem
+from paraplan.search.staged.problem import HeteroProblem
+from paraplan.specs.errors import InputError
+from paraplan.specs.stage_plan import StagePlanSpec
+from paraplan.specs.uniform_stages import (
+    STAGE_SCHEDULES,
+    uniform_stage_plan,
+    unsupported_field_violations,
+)
+
+SEED_PLANS = (
+    3  # uniform plans asked for: the best first, the next ones kept among the returned plans
+)
+
+
+# the run-wide settings a seed gives the per-stage problem that prices moves from it (HeteroProblem fields,
+# read off the seed's per-stage plan, StagePlanSpec)
+SEEDED_FIELDS = (
+    "schedule",
+    "vpp",
+    "zero",
+    "sequence_parallel",
+    "overlap_dp_grad_reduce",
+    "overlap_param_gather",
+    "overlap_tp_comm",
+)
+
+
+class _OutOfTime(Exception):
+    """The deadline passed during the uniform search (raised from its progress callback)."""
+
+
+@dataclass(frozen=True)
+class UniformSeed:
+    """One uniform plan as a per-stage plan: its step time (the uniform estimate's), the per-stage plan,
+    and the per-stage problem with the plan's run-wide settings (schedule, vpp, ZeRO, sequence
+    parallelism, overlap switches), under which the per-stage search prices moves from it."""
+
+    step_time_s: float
+    plan: StagePlanSpec
+    problem: HeteroProblem
+
+
+def uniform_problem(problem: HeteroProblem) -> SearchProblem:
+    """The uniform search problem of this one-pool per-stage problem, restricted to what a per-stage
+    plan states (module docstring)."""
+    pool = problem.cluster.pools[0]
+    tps, tp = [], 1
+    while tp <= pool.gpus_per_node:
+        tps.append(tp)
+        tp *= 2
+    return SearchProblem(
+        model=problem.model,
+        system=pool.system,
+        gpus=problem.cluster.gpus,
+        seq_length=problem.seq_length,
+        global_batch=problem.global_batch,
+        dtype=problem.dtype,
+        attention=problem.attention,
+        tp=tuple(tps),
+        cp=(1,),
+        schedules=STAGE_SCHEDULES,
+        vary_offload=False,
+        vary_placement=False,
+        framework=problem.framework,
+        default_overlaps=(
+            problem.overlap_tp_comm,
+            problem.overlap_dp_grad_reduce,
+            problem.overlap_param_gather,
+        ),
+        runtime=problem.runtime,
+    )
+
+
+def uniform_seeds(problem: HeteroProblem, deadline: float) -> list[UniformSeed]:
+    """The best uniform plans of ``problem`` (at most SEED_PLANS, best first) as per-stage plans, or none
+    when the problem is not one pool, its engine is not Megatron-LM's, the uniform search refuses it
+    (InputError) or ``deadline`` (time.perf_counter) passes during that search."""
+    if not problem.cluster.is_uniform or problem.engine != "megatron":
+        return []
+    sp = uniform_problem(problem)
+
+    def progress(done: int, total: int | None = None, phase: str = "") -> None:
+        if time.perf_counter() > deadline:
+            raise _OutOfTime
+
+    try:
+        sp.check()
+        result = search(sp, top_k=SEED_PLANS, workers=1, progress=progress)
+    except (InputError, _OutOfTime):
+        return []
+    seeds = []
+    for ranked in result.plans:
+        if unsupported_field_violations(ranked.plan):
+            continue
+        plan = uniform_stage_plan(ranked.plan, problem.model, problem.cluster.pools[0].name)
+        try:
+            seeded = replace(problem, **{name: getattr(plan, name) for name in SEEDED_FIELDS})
+        except InputError:  # run-wide settings the framework's launcher cannot state
+            continue
+        seeds.append(UniformSeed(ranked.estimate.step_time_s, plan, seeded))
+    return seeds
