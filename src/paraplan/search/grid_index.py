@@ -154,8 +154,8 @@ def evaluate_groups(table: RowTable, options: GridIndex, rows: np.ndarray, start
     for f, v in options.table.items():
         if f in SCHEDULE_FIELDS:
             values[f] = v[first].reshape((1, *inner, n_g))
-        elif f in STATE_FIELDS:
-            values[f] = v[state_at].reshape((n_t, *inner, n_g))
+        elif f in STATE_FIELDS:  # (T, 1, .., 1) where every group has the same state options
+            values[f] = _constant_groups_dropped(v[state_at].reshape((n_t, *inner, n_g)))
         else:
             values[f] = _constant_axes_dropped(v[offload_at].reshape((1, *axes, n_g)))
     inp = table.inputs(rows.reshape((1, *inner, n_g)), values)
@@ -165,12 +165,19 @@ def evaluate_groups(table: RowTable, options: GridIndex, rows: np.ndarray, start
     stages, at = _zero_stages(zero)
     peaks = _stage_peaks(inp, stages)
     if (states == n_t).all():  # every group has T state options: none repeated
-        if (zero == zero[..., :1]).all():  # the same stages along axis 0 in every group
+        if zero.shape[-1] == 1:  # the same stages along axis 0 in every group
             return (_flat(step, shape), *(_flat_taken(v, at[..., 0].ravel(), shape) for v in peaks))
         return tuple(_flat(v, shape) for v in (step, *_taken(peaks, at)))
     kept = np.arange(n_t)[None, :] < states[:, None]  # (G, T): a group's own state options
     valid = np.broadcast_to(kept.reshape((n_g, n_t, *inner)), (n_g, n_t, *axes))
     return tuple(_flat(v, shape, valid) for v in (step, *_taken(peaks, at)))
+
+
+def _constant_groups_dropped(value: np.ndarray) -> np.ndarray:
+    """``value`` cut to length 1 on its last (group) axis where every group has the same values: the same
+    values as they broadcast, and the terms that read only the state options computed once per option."""
+    head = value[..., :1]
+    return head if (value == head).all() else value
 
 
 def _constant_axes_dropped(value: np.ndarray) -> np.ndarray:
