@@ -9,7 +9,7 @@ from dataclasses import replace
 import numpy as np
 
 from paraplan.search.space import SPLIT_BACKWARD_SCHEDULES, SearchProblem, grid_option, grid_parts
-from paraplan.step.compose import compose_step, stage_peaks
+from paraplan.step.compose import compose_step_time_s, stage_peaks
 from paraplan.search.table import SCHEDULE_FIELDS, RowTable, grid_arrays
 
 # the grid_arrays fields a state option sets (space.grid_parts' second list)
@@ -160,7 +160,7 @@ def evaluate_groups(table: RowTable, options: GridIndex, rows: np.ndarray, start
             values[f] = _constant_axes_dropped(v[offload_at].reshape((1, *axes, n_g)))
     inp = table.inputs(rows.reshape((1, *inner, n_g)), values)
     shape = (n_t, *axes, n_g)
-    step = compose_step(inp)["step_time_s"]
+    step = compose_step_time_s(inp)
     zero = values["zero"]
     stages, at = _zero_stages(zero)
     peaks = _stage_peaks(inp, stages)
