@@ -80,3 +80,28 @@ def test_scalars_take_the_same_entry():
     assert _at_max([1.0, 3.0, 3.0], [True, True, True], [("a",), ("b",), ("c",)]) == ("b",)
     assert _at_max([1.0, 5.0, 3.0], [True, False, True], [("a",), ("b",), ("c",)]) == ("c",)
     assert _argmax([2.0, 1.0, 2.0], [True, True, True]) == (2.0, 0)
+
+
+def test_rows_given_as_functions_are_called_for_taken_entries_only():
+    rng = np.random.default_rng(7)
+    shape = (3, 1, 2, 5)
+    for _ in range(100):
+        values, present, rows = _case(rng, int(rng.integers(1, 6)), shape)
+        called = []
+
+        def lazy(i, called=called, rows=rows):
+            def row():
+                called.append(i)
+                return rows[i]
+
+            return row
+
+        got = _at_max(values, present, [lazy(i) for i in range(len(rows))])
+        want = _reference_at_max(values, present, rows)
+        for a, b in zip(got, want):
+            assert np.array_equal(_bits(a, shape), _bits(b, shape))
+        # an entry no candidate takes (``_argmax``'s index never names it) is never built
+        _, index = _argmax(values, present)
+        assert set(called) >= set(np.unique(index).tolist()) and len(called) == len(set(called))
+        assert set(called) <= set(range(len(rows)))
+    assert _at_max([1.0, 3.0], [True, True], [lambda: 1 / 0, lambda: ("b",)]) == ("b",)

@@ -9,7 +9,7 @@ from dataclasses import replace
 import numpy as np
 
 from paraplan.search.space import SPLIT_BACKWARD_SCHEDULES, SearchProblem, grid_option, grid_parts
-from paraplan.step.compose import compose_step, stage_peaks
+from paraplan.step.compose import compose_step_time_s, stage_peaks
 from paraplan.search.table import SCHEDULE_FIELDS, RowTable, grid_arrays
 
 # the grid_arrays fields a state option sets (space.grid_parts' second list)
@@ -154,19 +154,30 @@ def evaluate_groups(table: RowTable, options: GridIndex, rows: np.ndarray, start
     for f, v in options.table.items():
         if f in SCHEDULE_FIELDS:
             values[f] = v[first].reshape((1, *inner, n_g))
-        elif f in STATE_FIELDS:
-            values[f] = v[state_at].reshape((n_t, *inner, n_g))
+        elif f in STATE_FIELDS:  # (T, 1, .., 1) where every group has the same state options
+            values[f] = _constant_groups_dropped(v[state_at].reshape((n_t, *inner, n_g)))
         else:
             values[f] = _constant_axes_dropped(v[offload_at].reshape((1, *axes, n_g)))
     inp = table.inputs(rows.reshape((1, *inner, n_g)), values)
     shape = (n_t, *axes, n_g)
-    step = compose_step(inp)["step_time_s"]
-    peak, host = _state_peaks(inp, values["zero"])
+    step = compose_step_time_s(inp)
+    zero = values["zero"]
+    stages, at = _zero_stages(zero)
+    peaks = _stage_peaks(inp, stages)
     if (states == n_t).all():  # every group has T state options: none repeated
-        return tuple(_flat(v, shape) for v in (step, peak, host))
+        if zero.shape[-1] == 1:  # the same stages along axis 0 in every group
+            return (_flat(step, shape), *(_flat_taken(v, at[..., 0].ravel(), shape) for v in peaks))
+        return tuple(_flat(v, shape) for v in (step, *_taken(peaks, at)))
     kept = np.arange(n_t)[None, :] < states[:, None]  # (G, T): a group's own state options
     valid = np.broadcast_to(kept.reshape((n_g, n_t, *inner)), (n_g, n_t, *axes))
-    return tuple(_flat(v, shape, valid) for v in (step, peak, host))
+    return tuple(_flat(v, shape, valid) for v in (step, *_taken(peaks, at)))
+
+
+def _constant_groups_dropped(value: np.ndarray) -> np.ndarray:
+    """``value`` cut to length 1 on its last (group) axis where every group has the same values: the same
+    values as they broadcast, and the terms that read only the state options computed once per option."""
+    head = value[..., :1]
+    return head if (value == head).all() else value
 
 
 def _constant_axes_dropped(value: np.ndarray) -> np.ndarray:
@@ -187,18 +198,37 @@ def _flat(value, shape: tuple, valid=None) -> np.ndarray:
     return ordered.reshape(-1) if valid is None else ordered[valid]
 
 
-def _state_peaks(inp, zero: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """stage_peaks of candidates whose state options (axis 0) have the ZeRO stages ``zero``: memory reads
-    the ZeRO stage of a state option, not its DP-overlap switches, so it is evaluated once per distinct
-    stage (at most 4 against up to 11 state options) and each state option takes its stage's."""
+def _flat_taken(value, at: np.ndarray, shape: tuple) -> np.ndarray:
+    """``_flat`` of the (T, *offload axes, G) value whose state option t takes entry at[t] of ``value``'s first
+    axis (``_stage_peaks``' stages): each group's rows picked from the (G, stages, offloads) copy, not a fancy
+    index of every candidate (the same elements)."""
+    n_s, n_g = len(value) if np.ndim(value) else 1, shape[-1]
+    width = np.broadcast_to(value, (n_s, *shape[1:]))
+    return np.moveaxis(width, -1, 0).reshape((n_g, n_s, -1)).take(at, axis=1).reshape(-1)
+
+
+def _taken(peaks: tuple, at: np.ndarray) -> tuple:
+    """Each of ``_stage_peaks``' values at the stage ``at`` (its index along axis 0) of every candidate."""
+    width = np.broadcast_shapes((1, *at.shape[1:]), *map(np.shape, peaks))
+    width = (max(width[0], 1), *width[1:])
+    return tuple(np.take_along_axis(np.broadcast_to(v, width), at, axis=0) for v in peaks)
+
+
+def _zero_stages(zero: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the distinct ZeRO stages of ``zero`` in increasing order, each element's index among them)."""
     # the distinct stages in increasing order, counted (np.unique imports numpy.ma, ~7 ms, and sorts)
     stages = np.flatnonzero(np.bincount(zero.ravel())).astype(zero.dtype)
-    inner = (1,) * (zero.ndim - 1)
+    return stages, np.searchsorted(stages, zero)
+
+
+def _stage_peaks(inp, stages: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """stage_peaks of candidates whose state options (axis 0) are the ZeRO stages ``stages``: memory reads
+    the ZeRO stage of a state option, not its DP-overlap switches, so it is evaluated once per distinct
+    stage (at most 4 against up to 11 state options) and each state option takes its stage's
+    (``_flat_taken``, ``_taken``)."""
+    inner = (1,) * (inp.knobs.zero.ndim - 1)
     knobs = replace(inp.knobs, zero=stages.reshape((-1, *inner)), **_NO_OVERLAP)
-    peaks = stage_peaks(replace(inp, knobs=knobs))
-    at = np.searchsorted(stages, zero)  # (T, 1, .., G): each state option's stage among ``stages``
-    width = np.broadcast_shapes((len(stages), *inner[:-1], at.shape[-1]), *map(np.shape, peaks))
-    return tuple(np.take_along_axis(np.broadcast_to(v, width), at, axis=0) for v in peaks)
+    return stage_peaks(replace(inp, knobs=knobs))
 
 
 # the DP-overlap switches, which the memory terms do not read (step.stage_memory)

@@ -21,6 +21,7 @@ the records and sums over a stage: step/inputs.py. Their names are importable fr
 from __future__ import annotations
 
 from dataclasses import fields
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -124,27 +125,38 @@ def _better(v: Num, present: Num, best: Num) -> Num:
     return better
 
 
-def _at_max(values: list[Num], present: list[Num], rows: list[tuple]) -> tuple:
+def _at_max(values: list[Num], present: list[Num], rows: list) -> tuple:
     """rows[i] of the first present entry i that attains the max of ``values``: what ``_pick`` gives of each of
     its columns at ``_argmax``'s index, every where on the way choosing among the same operands, taken while
     the max is sought (no index, no ``index == i`` per column). An entry better nowhere changes nothing
-    (``_better``: no where runs); one better everywhere is taken whole."""
-    best, out = None, None
+    (``_better``: no where runs); one better everywhere is taken whole. rows[i] may be a function of no
+    argument giving the row: called only for an entry some candidate takes (the columns' wheres run after the
+    max is found, in the same order, on the same masks)."""
+    best, taken = (
+        None,
+        [],
+    )  # taken: (entry, where it beats the rows taken before it; None: everywhere)
     last = len(values) - 1
-    for i, (v, p, row) in enumerate(zip(values, present, rows)):
+    for i, (v, p) in enumerate(zip(values, present)):
         if best is None:
-            best, out = where_all(p, v, -np.inf), row
+            best, taken = where_all(p, v, -np.inf), [(i, None)]
             continue
         better = _better(v, p, best)
         if better is None:
             continue
-        if better.__class__ is np.ndarray and better.all():
+        if better is True or (better.__class__ is np.ndarray and better.all()):
             # where(better, v, best) and each column's where: v and row themselves
-            best, out = v, row
+            best, taken = v, [(i, None)]
             continue
         if i < last:  # the running max is read by the entries after this one only
             best = where(better, v, best)
-        out = tuple(where(better, new, old) for new, old in zip(row, out))
+        taken.append((i, better))
+    out = None
+    for i, better in taken:
+        row = rows[i]() if callable(rows[i]) else rows[i]
+        out = (
+            row if better is None else tuple(where(better, new, old) for new, old in zip(row, out))
+        )
     return out
 
 
@@ -325,11 +337,11 @@ def pipeline_bound_s(inp: StepInputs) -> Num:
     return _breakdown(_pipeline(inp), 0.0, 0.0, 0.0)["step_time_s"]
 
 
-def _tails(inp: StepInputs, pipe: dict) -> tuple[list, Num, list]:
+def _tails(inp: StepInputs, pipe: dict) -> tuple[list, Num, list, list]:
     """The tail half of compose_step: per stage entry (exposed DP after its drain slack, optimizer, offload)
     (``tail_terms``, ``drain_slack_s``), the activation / weight streaming that outlasts the compute it hides
-    behind (fullest stage), and per entry what follows its last backward (``after``); None for an entry after
-    the first absent from every candidate."""
+    behind (fullest stage), per entry what follows its last backward (``after``) and the streaming that outlasts
+    its DP exposure; None for an entry after the first absent from every candidate."""
     stages, works, totals, m = inp.stages, pipe["works"], pipe["totals"], inp.microbatches
     slowest, masks = pipe["slowest"], pipe["masks"]
     busy = m * _pick(slowest, [t - w["pp"] for w, t in zip(works, totals)], masks)
@@ -367,14 +379,15 @@ def _tails(inp: StepInputs, pipe: dict) -> tuple[list, Num, list]:
         )
     # streaming (PCIe) and the DP sync (NIC / NVLink) use different links, so they hide behind the
     # same compute and each other: only what outlasts the DP exposure shows
-    after = [None if t is None else _after_last_backward(*t, streamed) for t in tails]
-    return tails, streamed, after
+    outlasting = [None if t is None else maximum(0.0, streamed - t[0]) for t in tails]
+    after = [None if t is None else _after_last_backward(*t, o) for t, o in zip(tails, outlasting)]
+    return tails, streamed, after, outlasting
 
 
-def _after_last_backward(dp: Num, opt: Num, off: Num, streamed: Num) -> Num:
+def _after_last_backward(dp: Num, opt: Num, off: Num, outlasting: Num) -> Num:
     """What a stage entry adds after its last backward: exposed DP + optimizer + offload + the streaming that
-    outlasts the DP exposure (``_tails``)."""
-    return dp + opt + off + maximum(0.0, streamed - dp)
+    outlasts the DP exposure (``outlasting``: max(0, streamed − DP), ``_tails``)."""
+    return dp + opt + off + outlasting
 
 
 def compose_parts(inp: StepInputs) -> tuple[dict[str, Num], list[dict[str, Num]], list[Num]]:
@@ -385,7 +398,7 @@ def compose_parts(inp: StepInputs) -> tuple[dict[str, Num], list[dict[str, Num]]
     absent from every candidate (step.inputs.absent_everywhere); the step adds the longest of them and the
     tied-embedding all-reduce)."""
     pipe = _pipeline(inp)
-    tails, streamed, after = _tails(inp, pipe)
+    tails, streamed, after, _ = _tails(inp, pipe)
     dp_s, optimizer_s, offload_s = _at_max(after, pipe["present"], tails)
     breakdown = _breakdown(
         pipe,
@@ -404,3 +417,23 @@ def compose_step(inp: StepInputs) -> dict[str, Num]:
     activation / weight streaming to host memory that outlasts the DP exposure; the tied-embedding
     all-reduce (step.p2p.tied_embedding_sync_s) after them all, in the data-parallel part."""
     return compose_parts(inp)[0]
+
+
+def compose_step_time_s(inp: StepInputs) -> Num:
+    """compose_step(inp)["step_time_s"] alone (the search's evaluation): each stage entry's step as if its tail
+    were the one after the last backward (``_breakdown`` of that entry's exposed DP, optimizer and offload, the
+    same sum in the same order), and the step of the entry at the max of ``after`` taken (``_at_max``, the same
+    choice among the same operands as compose_parts' tail columns): bit for bit compose_step's, one where per
+    entry on the step rather than one per tail column, and no full-size breakdown; an entry's step is worked
+    out only where some candidate takes it."""
+    pipe = _pipeline(inp)
+    tails, _, after, outlasting = _tails(inp, pipe)
+
+    def step(t: tuple, outlasting: Num) -> tuple:
+        dp, optimizer, offload = t
+        return (
+            _breakdown(pipe, optimizer, dp + inp.tied_sync_s, offload + outlasting)["step_time_s"],
+        )
+
+    steps = [None if t is None else partial(step, t, o) for t, o in zip(tails, outlasting)]
+    return _at_max(after, pipe["present"], steps)[0]
