@@ -134,6 +134,9 @@ class KnobColumns(NamedTuple):
     cost_state_of: np.ndarray
     memory_keys: list[tuple]  # distinct (shape key, recompute mode, expert option)
     memory_state_of: np.ndarray
+    # each cost and memory key's tag (RowEnumeration._tag): the entries are interned on these ints
+    cost_tags: tuple = ()
+    memory_tags: tuple = ()
 
 
 def _placement_name(name: str) -> str:
@@ -234,6 +237,17 @@ class RowEnumeration:
             problem.model
         )  # its graphs read the expert knobs and recomputed modules
         self._memo: dict[tuple, object] = {}
+        self._tags: dict[str, dict] = {"cost": {}, "memory": {}, "pair": {}, "pairs": {}, "pp": {}}
+
+    def _tag(self, kind: str, value) -> int:
+        """A small int standing for ``value`` among the walk's values of ``kind`` (one per distinct value): the
+        entries are interned on tags, so the nested key tuples (layer knobs, expert options, spans) are hashed and
+        compared once per distinct value, not at every interning (the same ids: tags and values correspond 1:1)."""
+        tags = self._tags[kind]
+        found = tags.get(value)
+        if found is None:
+            found = tags[value] = len(tags)
+        return found
 
     def run(self, progress=None) -> None:
         for tp, pp, cp, dp in self.problem.factorizations:
@@ -276,7 +290,14 @@ class RowEnumeration:
         if not batches:
             return
         pp_spans = tuple(spans["pp"] for _, spans in placements)
-        ids = [self._batch_ids(tp, cp, mb, knobs, tuple(pairs), pp_spans) for mb, _ in batches]
+        spans = (
+            tuple(pairs),
+            tuple(self._tag("pair", pair) for pair in pairs),
+            self._tag("pairs", tuple(pairs)),
+            pp_spans,
+            self._tag("pp", pp_spans),
+        )
+        ids = [self._batch_ids(tp, cp, mb, knobs, spans) for mb, _ in batches]
         self._append(tp, pp, cp, dp, batches, placements, pids, knobs, group_of, pair_of, ids)
 
     def _knobs(self, tp: int, cp: int, dp: int) -> KnobColumns | None:
@@ -316,28 +337,33 @@ class RowEnumeration:
             np.array(_positions(cost_keys, cost_states)),
             memory_keys,
             np.array(_positions(memory_keys, memory_states)),
+            tuple(self._tag("cost", key) for key in cost_keys),
+            tuple(self._tag("memory", key) for key in memory_keys),
         )
 
-    def _batch_ids(self, tp, cp, mb, knobs: KnobColumns, pairs: tuple, pp_spans: tuple) -> tuple:
-        """(p2p ids per placement, cost ids per (cost key, span pair), memory ids per memory key) at one micro-batch.
-        Each list is memoised on what its keys read: the p2p ids on the exchange's bytes, tp and the pp spans, the cost ids on the knobs and span
-        pairs, the memory ids on the knobs (factorizations of one (tp, cp) share them; Llama 3.1 405B: 2,016 calls,
-        none alike in all three). Interning is idempotent, so a memoised list is the ids the calls would give."""
+    def _batch_ids(self, tp, cp, mb, knobs: KnobColumns, spans: tuple) -> tuple:
+        """(p2p ids per placement, cost ids per (cost key, span pair), memory ids per memory key) at one micro-batch;
+        ``spans``: the distinct (tp span, cp span) pairs of the placements, their tags, the tag of their tuple, the
+        placements' pp spans and their tag (``_tag``). Each list is memoised on what its keys read: the p2p ids on the
+        exchange's bytes, tp and the pp spans, the cost ids on the knobs and span pairs, the memory ids on the knobs
+        (factorizations of one (tp, cp) share them; Llama 3.1 405B: 2,016 calls, none alike in all three). Interning
+        is idempotent, so a memoised list is the ids the calls would give."""
         problem, costings, shaped, memo = self.problem, self.costings, self.shaped, self._memo
+        pairs, pair_tags, pairs_tag, pp_spans, pp_tag = spans
         size = _exchange_bytes(problem, tp, cp, mb)
-        p2p = memo.get(("p2p", size, tp, pp_spans))
+        p2p = memo.get(("p2p", size, tp, pp_tag))
         if p2p is None:
-            p2p = memo["p2p", size, tp, pp_spans] = [
+            p2p = memo["p2p", size, tp, pp_tag] = [
                 costings.intern("p2p", (size, tp, span), _transfer_s, problem, size, tp, span)
                 for span in pp_spans
             ]
-        cost = memo.get(("cost", tp, cp, mb, id(knobs), pairs))
+        cost = memo.get(("cost", tp, cp, mb, id(knobs), pairs_tag))
         if cost is None:
-            cost = memo["cost", tp, cp, mb, id(knobs), pairs] = [
+            cost = memo["cost", tp, cp, mb, id(knobs), pairs_tag] = [
                 [
                     costings.intern(
                         "cost",
-                        (tp, cp, mb, key, pair),
+                        (tp, cp, mb, key_tag, pair_tag),
                         _cost_inputs,
                         problem,
                         shaped,
@@ -347,17 +373,17 @@ class RowEnumeration:
                         key,
                         pair,
                     )
-                    for pair in pairs
+                    for pair, pair_tag in zip(pairs, pair_tags)
                 ]
-                for key in knobs.cost_keys
+                for key, key_tag in zip(knobs.cost_keys, knobs.cost_tags)
             ]
         memory = memo.get(("memory", tp, cp, mb, id(knobs)))
         if memory is None:
             memory = memo["memory", tp, cp, mb, id(knobs)] = [
                 costings.intern(
-                    "memory", (tp, cp, mb, key), _block_memory, problem, shaped, tp, cp, mb, key
+                    "memory", (tp, cp, mb, tag), _block_memory, problem, shaped, tp, cp, mb, key
                 )
-                for key in knobs.memory_keys
+                for key, tag in zip(knobs.memory_keys, knobs.memory_tags)
             ]
         return p2p, cost, memory
 

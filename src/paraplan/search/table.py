@@ -304,12 +304,15 @@ class RowTable:
 
     def _small_widths(self) -> dict[str, int]:
         """Per block kind, the longest small-tensor list of kind_statics over every cost id (step.build.kind_small_width:
-        the kind's weight tensors only, no op costed), worked out once per layer shape when first read."""
+        the kind's weight tensors only, no op costed), worked out once per layer shape when first read; a layer kind's
+        from the floors' statics (``_all_statics``) when they are worked out."""
         if self._widths is None:
-            model = self.problem.model
+            model, statics = self.problem.model, self._statics or {}
             distinct = list(dict.fromkeys(inputs.shape for inputs in self.costings.costs))
             self._widths = {
-                kind: max(kind_small_width(model, shape, kind) for shape in distinct)
+                kind: max(len(s[3]) for s in statics[kind])
+                if kind in statics
+                else kind_small_width(model, distinct, kind)
                 for kind in self.kinds
             }
         return self._widths

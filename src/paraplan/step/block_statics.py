@@ -9,7 +9,7 @@ from functools import lru_cache
 
 from paraplan.graph.moe import NO_EXPERT, moe_shaped, ops_expert_knobs, without_a2a_overlap
 from paraplan.graph.ops import weight_stat_fields, weight_tensor_stats
-from paraplan.graph.transformer import LayerShape, with_expert
+from paraplan.graph.transformer import LayerShape, cp_free_key, with_expert
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.system import SystemSpec
 from paraplan.step.block_sums import block_compute
@@ -34,11 +34,20 @@ def kind_statics(model: ModelSpec, system: SystemSpec, shape: LayerShape, name: 
     return _graph_statics(model, system, name, kind_shape(model, shape, name))
 
 
-def kind_small_width(model: ModelSpec, shape: LayerShape, name: str) -> int:
-    """How many small weight tensors ``kind_statics`` lists (its fourth entry) at this shape, from the kind's
+def kind_small_width(model: ModelSpec, shapes, name: str) -> int:
+    """The most small weight tensors ``kind_statics`` lists (its fourth entry) at any of ``shapes``, from the kind's
     weight tensors alone (``_weight_stats``: no op costed): the width a row table pads its lists to
-    (search.table.RowTable) needs every layer shape's count, its costs only the shapes it evaluates."""
-    return len(_weight_stats(model, name, _statics_shape(model, kind_shape(model, shape, name)))[2])
+    (search.table.RowTable) needs every layer shape's count, its costs only the shapes it evaluates. A kind that
+    declares no core ops at a shape (BlockKind.core_ops ``()``: the embedding, the LM head) has every op a function of
+    graph.transformer.cp_free_key(shape) (tests/search/test_cp_shared_floors.py), its weight tensors too: one shape
+    of each key is walked."""
+    kind, seen = BLOCK_KINDS[name], {}
+    for shape in shapes:
+        seen.setdefault(cp_free_key(shape) if kind.core_ops(model, shape) == () else shape, shape)
+    return max(
+        len(_weight_stats(model, name, _statics_shape(model, kind_shape(model, shape, name)))[2])
+        for shape in seen.values()
+    )
 
 
 def _statics_shape(model: ModelSpec, shape: LayerShape) -> LayerShape:
