@@ -137,6 +137,7 @@ class KnobColumns(NamedTuple):
     # each cost and memory key's tag (RowEnumeration._tag): the entries are interned on these ints
     cost_tags: tuple = ()
     memory_tags: tuple = ()
+    offset: int = 0  # where its options start in the walk's knob table (RowEnumeration._knob_table)
 
 
 def _placement_name(name: str) -> str:
@@ -237,6 +238,11 @@ class RowEnumeration:
             problem.model
         )  # its graphs read the expert knobs and recomputed modules
         self._memo: dict[tuple, object] = {}
+        # the degree columns as (rows, tp, pp, cp, dp) per factorization, the knob columns as each row's option in the
+        # knob table (every KnobColumns' options, in creation order): built once after the walk (``_finish``)
+        self._degrees: list[tuple] = []
+        self._knob_rows: list[np.ndarray] = []
+        self._knob_table: dict[str, list] = {}
         self._tags: dict[str, dict] = {"cost": {}, "memory": {}, "pair": {}, "pairs": {}, "pp": {}}
 
     def _tag(self, kind: str, value) -> int:
@@ -252,7 +258,20 @@ class RowEnumeration:
     def run(self, progress=None) -> None:
         for tp, pp, cp, dp in self.problem.factorizations:
             self._factorization(tp, pp, cp, dp)
+        self._finish()
         self.costings.compute(progress)
+
+    def _finish(self) -> None:
+        """The degree and knob columns of every row, from what ``_append`` kept per factorization: one repeat per
+        degree and one gather per knob column, not a fill and a tile per factorization."""
+        if not self._degrees:
+            return
+        cols, degrees = self.columns, np.array(self._degrees, dtype=np.int64)
+        for i, name in enumerate(("tp", "pp", "cp", "dp"), start=1):
+            cols[name].append(degrees[:, i].repeat(degrees[:, 0]))
+        rows = np.concatenate(self._knob_rows)
+        for name, values in self._knob_table.items():
+            cols[name].append(np.concatenate(values)[rows])
 
     def _factorization(self, tp: int, pp: int, cp: int, dp: int) -> None:
         """Intern the entries of one factorization's rows and append their columns (micro-batch, placement, knob)."""
@@ -328,6 +347,9 @@ class RowEnumeration:
                 [self.expert_ids.setdefault(e, len(self.expert_ids)) for _, e in options]
             ),
         }
+        offset = sum(len(v) for v in self._knob_table.get("sp", []))
+        for name, values in columns.items():
+            self._knob_table.setdefault(name, []).append(values)
         return KnobColumns(
             len(options),
             columns,
@@ -339,6 +361,7 @@ class RowEnumeration:
             np.array(_positions(memory_keys, memory_states)),
             tuple(self._tag("cost", key) for key in cost_keys),
             tuple(self._tag("memory", key) for key in memory_keys),
+            offset,
         )
 
     def _batch_ids(self, tp, cp, mb, knobs: KnobColumns, spans: tuple) -> tuple:
@@ -401,10 +424,7 @@ class RowEnumeration:
             [i[1] for i in ids], dtype=np.int64
         )  # (micro-batch, cost state, span pair)
         memory_of = np.array([i[2] for i in ids], dtype=np.int64)  # (micro-batch, memory state)
-        for name, value in (("tp", tp), ("pp", pp), ("cp", cp), ("dp", dp)):
-            column = np.empty(n, dtype=np.int64)  # np.full without its Python overhead
-            column.fill(value)
-            cols[name].append(column)
+        self._degrees.append((n, tp, pp, cp, dp))  # the columns: _finish
         for name, i in (("micro_batch", 0), ("global_batch", 1)):
             cols[name].append(np.array([b[i] for b in batches], dtype=np.int64).repeat(per_batch))
         cols["placement"].append(_tile(np.array(pids).repeat(n_k), n_b))
@@ -418,8 +438,7 @@ class RowEnumeration:
         cols["memory_id"].append(
             np.repeat(memory_of[:, None, :][:, :, knobs.memory_state_of], n_p, axis=1).reshape(-1)
         )
-        for name, values in knobs.columns.items():
-            cols[name].append(_tile(values, n_b * n_p))
+        self._knob_rows.append(_tile(np.arange(knobs.offset, knobs.offset + n_k), n_b * n_p))
 
 
 def _positions(keys: list, values: list) -> list[int]:

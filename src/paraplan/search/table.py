@@ -27,6 +27,7 @@ from paraplan.search.columns import (
     plan_columns,
 )
 from paraplan.search.options import ExpertOption, row_dims
+from paraplan.search.order_floors import floor_computes
 from paraplan.search.position_blocks import position_keys, varying_rows
 from paraplan.search.row_enumeration import RowEnumeration
 from paraplan.search.shapes import expert_shape_of, layer_shape_of, shape_keys_of
@@ -120,16 +121,13 @@ class RowTable:
         self._kept = np.zeros(len(self.first))
         self._share = system_pair_share(problem.system)
         self._worked = np.zeros(len(self.first), dtype=bool)
-        self.blocks = (
-            None  # per kind, the BlockCost of every unit (allocate), filled as units are read
-        )
+        self.blocks = None  # per kind, every unit's BlockCost (allocate), filled as read
         self._costed = np.zeros(len(self.first), dtype=bool)
         self._tiles: np.ndarray | None = None  # per row: its stages tile the nodes (``_placed``)
         self._all_tile = False
-        self._varies: np.ndarray | None = (
-            None  # per row: its stages' tp/cp spans differ (``_placed``)
-        )
+        self._varies: np.ndarray | None = None  # per row: its stages' spans differ (``_placed``)
         self._floors: np.ndarray | None = None  # ``work_floors``, once
+        self._order: np.ndarray | None = None  # ``order_floors``, once
         self._statics: dict | None = None  # per kind, each cost id's step.build.kind_statics
         self._widths: dict | None = None  # per kind, the longest small-tensor list of its statics
 
@@ -378,16 +376,38 @@ class RowTable:
         """Per row, a floor of its layer work u (``_unit_work``) from op times alone: the least over its kinds of
         decoder layer of step.build.kind_compute_floor, which is the first three of the terms u sums — so at most
         u, bit for bit — and costs no collective."""
-        if self._floors is not None:
-            return self._floors
-        statics, c = self._all_statics(), self.columns
-        least = None
-        for kind in self.layer_kinds:
-            compute = stack([compute for compute, *_ in statics[kind]], c["cost_id"])
-            work = kind_compute_floor(kind, compute, c["recompute"])
-            least = work if least is None else np.minimum(least, work)
-        self._floors = np.broadcast_to(least, (self.size,))
+        if self._floors is None:
+            statics = self._all_statics()
+            self._floors = self._least_floor(
+                {kind: [compute for compute, *_ in statics[kind]] for kind in self.layer_kinds}
+            )
         return self._floors
+
+    def order_floors(self) -> np.ndarray:
+        """Per row, a floor of ``work_floors``' (so of u) that costs a layer shape without its graph where the kind
+        splits (step.build.split_computes: a dense decoder layer's ops but its core attention once per
+        graph.transformer.cp_free_key, the core once per distinct ops; Llama 3.1 405B: 120 graphs for 880 shapes):
+        forward, backward and attention forward each the two parts' sum, the same op times in another order, times
+        SAFETY, and no RNG copies (>= 0); ``work_floors``' statics for a kind that does not split. The bound order
+        reads it (search.row_scan), which gives the same order from any floor of the bounds."""
+        if self._order is None:
+            shapes = [inputs.shape for inputs in self.costings.costs]
+            distinct = list(dict.fromkeys(shapes))
+            computes = {}
+            for kind in self.layer_kinds:
+                of = dict(zip(distinct, floor_computes(self.problem, distinct, kind)))
+                computes[kind] = [of[shape] for shape in shapes]
+            self._order = self._least_floor(computes)
+        return self._order
+
+    def _least_floor(self, computes: dict) -> np.ndarray:
+        """Per row, the least over the layer kinds of step.build.kind_compute_floor of its cost id's compute
+        (``computes``: per kind, one per cost id)."""
+        c, least = self.columns, None
+        for kind in self.layer_kinds:
+            work = kind_compute_floor(kind, stack(computes[kind], c["cost_id"]), c["recompute"])
+            least = work if least is None else np.minimum(least, work)
+        return np.broadcast_to(least, (self.size,))
 
     def lower_bounds(
         self,

@@ -1,0 +1,37 @@
+"""The layer computes a row table's bound order floors its rows from (search.table.RowTable.order_floors): per layer
+shape, a floor of the block compute of a layer kind (forward, backward and attention forward: what
+step.build.kind_compute_floor reads) that costs a dense decoder layer without building its graph."""
+
+from __future__ import annotations
+
+from paraplan.search.bounds.step_floors import SAFETY
+from paraplan.search.space import SearchProblem
+from paraplan.step.build import BlockCompute, kind_statics, split_computes
+
+
+def floor_computes(problem: SearchProblem, shapes: list, kind: str) -> list:
+    """Per layer shape, a floor of the kind's block compute at it, field by field: where the kind splits
+    (step.build.split_computes: a dense decoder layer's ops but its core attention, costed once per
+    graph.transformer.cp_free_key, and its core attention, once per distinct ops) the two parts' forward, backward
+    and attention forward summed — the same op times as the layer's in another order — times SAFETY, and no RNG
+    copies (>= 0: cost.rng_state); elsewhere the compute of step.build.kind_statics itself."""
+    model, system = problem.model, problem.system
+    out = []
+    for shape in shapes:
+        split = split_computes(model, system, shape, kind)
+        out.append(
+            kind_statics(model, system, shape, kind)[0] if split is None else _summed(*split)
+        )
+    return out
+
+
+def _summed(rest, core) -> BlockCompute:
+    """A floor of the compute of a block whose ops are ``rest``'s and ``core``'s (``floor_computes``)."""
+    return BlockCompute(
+        (rest.forward + core.forward) * SAFETY,
+        (rest.backward + core.backward) * SAFETY,
+        (rest.attention_forward + core.attention_forward) * SAFETY,
+        0.0,
+        0.0,
+        0.0,
+    )
