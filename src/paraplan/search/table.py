@@ -27,7 +27,7 @@ from paraplan.search.columns import (
     plan_columns,
 )
 from paraplan.search.options import ExpertOption, row_dims
-from paraplan.search.order_floors import floor_computes
+from paraplan.search.order_floors import order_computes
 from paraplan.search.position_blocks import position_keys, varying_rows
 from paraplan.search.row_enumeration import RowEnumeration
 from paraplan.search.shapes import expert_shape_of, layer_shape_of, shape_keys_of
@@ -384,20 +384,15 @@ class RowTable:
         return self._floors
 
     def order_floors(self) -> np.ndarray:
-        """Per row, a floor of ``work_floors``' (so of u) that costs a layer shape without its graph where the kind
-        splits (step.build.split_computes: a dense decoder layer's ops but its core attention once per
-        graph.transformer.cp_free_key, the core once per distinct ops; Llama 3.1 405B: 120 graphs for 880 shapes):
-        forward, backward and attention forward each the two parts' sum, the same op times in another order, times
-        SAFETY, and no RNG copies (>= 0); ``work_floors``' statics for a kind that does not split. The bound order
-        reads it (search.row_scan), which gives the same order from any floor of the bounds."""
+        """Per row, a floor of ``work_floors``' (so of u) for the bound order (search.row_scan, the same order from
+        any floor of the bounds): search.order_floors.order_computes, a dense decoder layer costed without its graph
+        (Llama 3.1 405B: 120 graphs for 880 shapes); ``work_floors`` itself where that does not pay, and where some
+        row's stages' spans differ (``lower_bounds`` reads ``work_floors`` then)."""
         if self._order is None:
-            shapes = [inputs.shape for inputs in self.costings.costs]
-            distinct = list(dict.fromkeys(shapes))
-            computes = {}
-            for kind in self.layer_kinds:
-                of = dict(zip(distinct, floor_computes(self.problem, distinct, kind)))
-                computes[kind] = [of[shape] for shape in shapes]
-            self._order = self._least_floor(computes)
+            varied = not self._all_tiles() and self._varies.any()
+            costs, kinds = self.costings.costs, self.layer_kinds
+            computes = None if varied else order_computes(self.problem, costs, kinds)
+            self._order = self.work_floors() if computes is None else self._least_floor(computes)
         return self._order
 
     def _least_floor(self, computes: dict) -> np.ndarray:
