@@ -7,7 +7,7 @@ from __future__ import annotations
 from paraplan.graph.transformer import cp_free_key
 from paraplan.search.bounds import SAFETY
 from paraplan.search.space import SearchProblem
-from paraplan.step.build import BlockCompute, kind_statics, split_computes
+from paraplan.step.build import BlockCompute, kind_splits, kind_statics, split_computes
 
 # the split floors pay where a key stands for this many layer shapes or more (Llama 3.1 405B: 880 shapes on 120 keys,
 # GPT-3 175B 971 on 185); below, the rows' bounds cost most shapes' graphs anyway (MT-NLG 530B on 5,128 A100: 48 on
@@ -17,7 +17,10 @@ SHAPES_PER_KEY = 2
 
 def order_computes(problem: SearchProblem, costs: list, kinds: tuple) -> dict | None:
     """Per layer kind, ``floor_computes`` at each cost id's shape (``costs``: search.row_enumeration.Costings.costs);
-    None where the shapes are fewer than SHAPES_PER_KEY per cp_free_key (the caller floors from the whole statics)."""
+    None where no kind splits (step.build.kind_splits) or the shapes are fewer than SHAPES_PER_KEY per cp_free_key (the
+    caller floors from the whole statics)."""
+    if not any(kind_splits(problem.model, kind) for kind in kinds):
+        return None
     shapes = [inputs.shape for inputs in costs]
     distinct = list(dict.fromkeys(shapes))
     if len(distinct) < SHAPES_PER_KEY * len({cp_free_key(shape) for shape in distinct}):

@@ -42,10 +42,13 @@ def kind_small_width(model: ModelSpec, shapes, name: str) -> int:
     declares no core ops at a shape (BlockKind.core_ops ``()``: the embedding, the LM head) has every op a function of
     graph.transformer.cp_free_key(shape) (tests/search/test_cp_shared_floors.py), and a dense decoder layer every op
     but its core attention (``splits_core``), which holds no weight tensor (graph.ops._is_weight_gemm): one shape of
-    each key is walked."""
-    kind, seen = BLOCK_KINDS[name], {}
+    each key is walked (the core ops of the input and output blocks alone asked: a layer kind's are a graph)."""
+    kind, seen, splits = BLOCK_KINDS[name], {}, kind_splits(model, name)
     for shape in shapes:
-        shared = splits_core(model, shape, name) or kind.core_ops(model, shape) == ()
+        if splits and cp_split_core(shape):
+            shared = True
+        else:  # the input and output blocks' core ops are declared without building a graph
+            shared = kind.every_model and kind.core_ops(model, shape) == ()
         seen.setdefault(cp_free_key(shape) if shared else shape, shape)
     return max(
         len(_weight_stats(model, name, _statics_shape(model, kind_shape(model, shape, name)))[2])
@@ -53,15 +56,15 @@ def kind_small_width(model: ModelSpec, shapes, name: str) -> int:
     )
 
 
+def kind_splits(model: ModelSpec, name: str) -> bool:
+    """Whether the kind is a dense decoder layer (not of an MoE-shaped model or an encoder), whose ops split into its
+    core attention and ops of graph.transformer.cp_free_key alone at the shapes graph.layers.cp_split_core admits."""
+    return name == "decoder" and not moe_shaped(model) and model.architecture != "encoder"
+
+
 def splits_core(model: ModelSpec, shape: LayerShape, name: str) -> bool:
-    """Whether the kind is a dense decoder layer whose ops split into its core attention and ops of
-    graph.transformer.cp_free_key alone (graph.layers.decoder_core_ops)."""
-    return (
-        name == "decoder"
-        and not moe_shaped(model)
-        and model.architecture != "encoder"
-        and cp_split_core(shape)
-    )
+    """Whether the kind's ops split at ``shape`` (``kind_splits``, graph.layers.decoder_core_ops)."""
+    return kind_splits(model, name) and cp_split_core(shape)
 
 
 def split_computes(model: ModelSpec, system: SystemSpec, shape: LayerShape, name: str):
