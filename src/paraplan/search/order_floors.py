@@ -7,7 +7,8 @@ from __future__ import annotations
 from paraplan.graph.transformer import cp_free_key
 from paraplan.search.bounds import SAFETY
 from paraplan.search.space import SearchProblem
-from paraplan.step.build import BlockCompute, kind_splits, kind_statics, split_computes
+from paraplan.step.block_statics import kind_splits, split_computes
+from paraplan.step.build import BlockCompute, kind_statics
 
 # the split floors pay where a key stands for this many layer shapes or more (Llama 3.1 405B: 880 shapes on 120 keys,
 # GPT-3 175B 971 on 185); below, the rows' bounds cost most shapes' graphs anyway (MT-NLG 530B on 5,128 A100: 48 on

@@ -65,9 +65,7 @@ from paraplan.step.block_statics import (  # noqa: F401 (re-exported: the search
     _weight_stats,
     kind_shape,
     kind_small_width,
-    kind_splits,
     kind_statics,
-    split_computes,
 )
 from paraplan.step.p2p import PipelineLinks, pipeline_links
 from paraplan.specs.recompute import RECOMPUTE_CODES
