@@ -134,6 +134,10 @@ class KnobColumns(NamedTuple):
     cost_state_of: np.ndarray
     memory_keys: list[tuple]  # distinct (shape key, recompute mode, expert option)
     memory_state_of: np.ndarray
+    # each cost and memory key's tag (RowEnumeration._tag): the entries are interned on these ints
+    cost_tags: tuple = ()
+    memory_tags: tuple = ()
+    offset: int = 0  # where its options start in the walk's knob table (RowEnumeration._knob_table)
 
 
 def _placement_name(name: str) -> str:
@@ -234,11 +238,40 @@ class RowEnumeration:
             problem.model
         )  # its graphs read the expert knobs and recomputed modules
         self._memo: dict[tuple, object] = {}
+        # the degree columns as (rows, tp, pp, cp, dp) per factorization, the knob columns as each row's option in the
+        # knob table (every KnobColumns' options, in creation order): built once after the walk (``_finish``)
+        self._degrees: list[tuple] = []
+        self._knob_rows: list[np.ndarray] = []
+        self._knob_table: dict[str, list] = {}
+        self._tags: dict[str, dict] = {"cost": {}, "memory": {}, "pair": {}, "pairs": {}, "pp": {}}
+
+    def _tag(self, kind: str, value) -> int:
+        """A small int standing for ``value`` among the walk's values of ``kind`` (one per distinct value): the
+        entries are interned on tags, so the nested key tuples (layer knobs, expert options, spans) are hashed and
+        compared once per distinct value, not at every interning (the same ids: tags and values correspond 1:1)."""
+        tags = self._tags[kind]
+        found = tags.get(value)
+        if found is None:
+            found = tags[value] = len(tags)
+        return found
 
     def run(self, progress=None) -> None:
         for tp, pp, cp, dp in self.problem.factorizations:
             self._factorization(tp, pp, cp, dp)
+        self._finish()
         self.costings.compute(progress)
+
+    def _finish(self) -> None:
+        """The degree and knob columns of every row, from what ``_append`` kept per factorization: one repeat per
+        degree and one gather per knob column, not a fill and a tile per factorization."""
+        if not self._degrees:
+            return
+        cols, degrees = self.columns, np.array(self._degrees, dtype=np.int64)
+        for i, name in enumerate(("tp", "pp", "cp", "dp"), start=1):
+            cols[name].append(degrees[:, i].repeat(degrees[:, 0]))
+        rows = np.concatenate(self._knob_rows)
+        for name, values in self._knob_table.items():
+            cols[name].append(np.concatenate(values)[rows])
 
     def _factorization(self, tp: int, pp: int, cp: int, dp: int) -> None:
         """Intern the entries of one factorization's rows and append their columns (micro-batch, placement, knob)."""
@@ -276,7 +309,14 @@ class RowEnumeration:
         if not batches:
             return
         pp_spans = tuple(spans["pp"] for _, spans in placements)
-        ids = [self._batch_ids(tp, cp, mb, knobs, tuple(pairs), pp_spans) for mb, _ in batches]
+        spans = (
+            tuple(pairs),
+            tuple(self._tag("pair", pair) for pair in pairs),
+            self._tag("pairs", tuple(pairs)),
+            pp_spans,
+            self._tag("pp", pp_spans),
+        )
+        ids = [self._batch_ids(tp, cp, mb, knobs, spans) for mb, _ in batches]
         self._append(tp, pp, cp, dp, batches, placements, pids, knobs, group_of, pair_of, ids)
 
     def _knobs(self, tp: int, cp: int, dp: int) -> KnobColumns | None:
@@ -307,6 +347,9 @@ class RowEnumeration:
                 [self.expert_ids.setdefault(e, len(self.expert_ids)) for _, e in options]
             ),
         }
+        offset = sum(len(v) for v in self._knob_table.get("sp", []))
+        for name, values in columns.items():
+            self._knob_table.setdefault(name, []).append(values)
         return KnobColumns(
             len(options),
             columns,
@@ -316,28 +359,34 @@ class RowEnumeration:
             np.array(_positions(cost_keys, cost_states)),
             memory_keys,
             np.array(_positions(memory_keys, memory_states)),
+            tuple(self._tag("cost", key) for key in cost_keys),
+            tuple(self._tag("memory", key) for key in memory_keys),
+            offset,
         )
 
-    def _batch_ids(self, tp, cp, mb, knobs: KnobColumns, pairs: tuple, pp_spans: tuple) -> tuple:
-        """(p2p ids per placement, cost ids per (cost key, span pair), memory ids per memory key) at one micro-batch.
-        Each list is memoised on what its keys read: the p2p ids on the exchange's bytes, tp and the pp spans, the cost ids on the knobs and span
-        pairs, the memory ids on the knobs (factorizations of one (tp, cp) share them; Llama 3.1 405B: 2,016 calls,
-        none alike in all three). Interning is idempotent, so a memoised list is the ids the calls would give."""
+    def _batch_ids(self, tp, cp, mb, knobs: KnobColumns, spans: tuple) -> tuple:
+        """(p2p ids per placement, cost ids per (cost key, span pair), memory ids per memory key) at one micro-batch;
+        ``spans``: the distinct (tp span, cp span) pairs of the placements, their tags, the tag of their tuple, the
+        placements' pp spans and their tag (``_tag``). Each list is memoised on what its keys read: the p2p ids on the
+        exchange's bytes, tp and the pp spans, the cost ids on the knobs and span pairs, the memory ids on the knobs
+        (factorizations of one (tp, cp) share them; Llama 3.1 405B: 2,016 calls, none alike in all three). Interning
+        is idempotent, so a memoised list is the ids the calls would give."""
         problem, costings, shaped, memo = self.problem, self.costings, self.shaped, self._memo
+        pairs, pair_tags, pairs_tag, pp_spans, pp_tag = spans
         size = _exchange_bytes(problem, tp, cp, mb)
-        p2p = memo.get(("p2p", size, tp, pp_spans))
+        p2p = memo.get(("p2p", size, tp, pp_tag))
         if p2p is None:
-            p2p = memo["p2p", size, tp, pp_spans] = [
+            p2p = memo["p2p", size, tp, pp_tag] = [
                 costings.intern("p2p", (size, tp, span), _transfer_s, problem, size, tp, span)
                 for span in pp_spans
             ]
-        cost = memo.get(("cost", tp, cp, mb, id(knobs), pairs))
+        cost = memo.get(("cost", tp, cp, mb, id(knobs), pairs_tag))
         if cost is None:
-            cost = memo["cost", tp, cp, mb, id(knobs), pairs] = [
+            cost = memo["cost", tp, cp, mb, id(knobs), pairs_tag] = [
                 [
                     costings.intern(
                         "cost",
-                        (tp, cp, mb, key, pair),
+                        (tp, cp, mb, key_tag, pair_tag),
                         _cost_inputs,
                         problem,
                         shaped,
@@ -347,17 +396,17 @@ class RowEnumeration:
                         key,
                         pair,
                     )
-                    for pair in pairs
+                    for pair, pair_tag in zip(pairs, pair_tags)
                 ]
-                for key in knobs.cost_keys
+                for key, key_tag in zip(knobs.cost_keys, knobs.cost_tags)
             ]
         memory = memo.get(("memory", tp, cp, mb, id(knobs)))
         if memory is None:
             memory = memo["memory", tp, cp, mb, id(knobs)] = [
                 costings.intern(
-                    "memory", (tp, cp, mb, key), _block_memory, problem, shaped, tp, cp, mb, key
+                    "memory", (tp, cp, mb, tag), _block_memory, problem, shaped, tp, cp, mb, key
                 )
-                for key in knobs.memory_keys
+                for key, tag in zip(knobs.memory_keys, knobs.memory_tags)
             ]
         return p2p, cost, memory
 
@@ -375,10 +424,7 @@ class RowEnumeration:
             [i[1] for i in ids], dtype=np.int64
         )  # (micro-batch, cost state, span pair)
         memory_of = np.array([i[2] for i in ids], dtype=np.int64)  # (micro-batch, memory state)
-        for name, value in (("tp", tp), ("pp", pp), ("cp", cp), ("dp", dp)):
-            column = np.empty(n, dtype=np.int64)  # np.full without its Python overhead
-            column.fill(value)
-            cols[name].append(column)
+        self._degrees.append((n, tp, pp, cp, dp))  # the columns: _finish
         for name, i in (("micro_batch", 0), ("global_batch", 1)):
             cols[name].append(np.array([b[i] for b in batches], dtype=np.int64).repeat(per_batch))
         cols["placement"].append(_tile(np.array(pids).repeat(n_k), n_b))
@@ -392,8 +438,7 @@ class RowEnumeration:
         cols["memory_id"].append(
             np.repeat(memory_of[:, None, :][:, :, knobs.memory_state_of], n_p, axis=1).reshape(-1)
         )
-        for name, values in knobs.columns.items():
-            cols[name].append(_tile(values, n_b * n_p))
+        self._knob_rows.append(_tile(np.arange(knobs.offset, knobs.offset + n_k), n_b * n_p))
 
 
 def _positions(keys: list, values: list) -> list[int]:

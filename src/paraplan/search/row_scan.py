@@ -80,7 +80,7 @@ def scan_rows(problem, table, options, scan, scan_all, feasible_sink, progress) 
 
 def _row_order(problem, table, options, scan) -> BoundOrder:
     """The table's rows in order of their objective's bound (RowTable.lower_bounds), from floors of it
-    (RowTable.work_floors): the objective is non-decreasing in the step time."""
+    (RowTable.order_floors): the objective is non-decreasing in the step time."""
 
     def objective(step_s, rows):
         tokens = scan.tokens_row[rows]
@@ -93,7 +93,7 @@ def _row_order(problem, table, options, scan) -> BoundOrder:
         options.v_max,
         options.split_backward,
         every,
-        table.work_floors(),
+        table.order_floors(),
         options.dualpipe,
         options.dualpipe_only,
     )

@@ -27,6 +27,7 @@ from paraplan.search.columns import (
     plan_columns,
 )
 from paraplan.search.options import ExpertOption, row_dims
+from paraplan.search.order_floors import order_computes
 from paraplan.search.position_blocks import position_keys, varying_rows
 from paraplan.search.row_enumeration import RowEnumeration
 from paraplan.search.shapes import expert_shape_of, layer_shape_of, shape_keys_of
@@ -120,16 +121,13 @@ class RowTable:
         self._kept = np.zeros(len(self.first))
         self._share = system_pair_share(problem.system)
         self._worked = np.zeros(len(self.first), dtype=bool)
-        self.blocks = (
-            None  # per kind, the BlockCost of every unit (allocate), filled as units are read
-        )
+        self.blocks = None  # per kind, every unit's BlockCost (allocate), filled as read
         self._costed = np.zeros(len(self.first), dtype=bool)
         self._tiles: np.ndarray | None = None  # per row: its stages tile the nodes (``_placed``)
         self._all_tile = False
-        self._varies: np.ndarray | None = (
-            None  # per row: its stages' tp/cp spans differ (``_placed``)
-        )
+        self._varies: np.ndarray | None = None  # per row: its stages' spans differ (``_placed``)
         self._floors: np.ndarray | None = None  # ``work_floors``, once
+        self._order: np.ndarray | None = None  # ``order_floors``, once
         self._statics: dict | None = None  # per kind, each cost id's step.build.kind_statics
         self._widths: dict | None = None  # per kind, the longest small-tensor list of its statics
 
@@ -304,12 +302,15 @@ class RowTable:
 
     def _small_widths(self) -> dict[str, int]:
         """Per block kind, the longest small-tensor list of kind_statics over every cost id (step.build.kind_small_width:
-        the kind's weight tensors only, no op costed), worked out once per layer shape when first read."""
+        the kind's weight tensors only, no op costed), worked out once per layer shape when first read; a layer kind's
+        from the floors' statics (``_all_statics``) when they are worked out."""
         if self._widths is None:
-            model = self.problem.model
+            model, statics = self.problem.model, self._statics or {}
             distinct = list(dict.fromkeys(inputs.shape for inputs in self.costings.costs))
             self._widths = {
-                kind: max(kind_small_width(model, shape, kind) for shape in distinct)
+                kind: max(len(s[3]) for s in statics[kind])
+                if kind in statics
+                else kind_small_width(model, distinct, kind)
                 for kind in self.kinds
             }
         return self._widths
@@ -375,16 +376,33 @@ class RowTable:
         """Per row, a floor of its layer work u (``_unit_work``) from op times alone: the least over its kinds of
         decoder layer of step.build.kind_compute_floor, which is the first three of the terms u sums — so at most
         u, bit for bit — and costs no collective."""
-        if self._floors is not None:
-            return self._floors
-        statics, c = self._all_statics(), self.columns
-        least = None
-        for kind in self.layer_kinds:
-            compute = stack([compute for compute, *_ in statics[kind]], c["cost_id"])
-            work = kind_compute_floor(kind, compute, c["recompute"])
-            least = work if least is None else np.minimum(least, work)
-        self._floors = np.broadcast_to(least, (self.size,))
+        if self._floors is None:
+            statics = self._all_statics()
+            self._floors = self._least_floor(
+                {kind: [compute for compute, *_ in statics[kind]] for kind in self.layer_kinds}
+            )
         return self._floors
+
+    def order_floors(self) -> np.ndarray:
+        """Per row, a floor of ``work_floors``' (so of u) for the bound order (search.row_scan, the same order from
+        any floor of the bounds): search.order_floors.order_computes, a dense decoder layer costed without its graph
+        (Llama 3.1 405B: 120 graphs for 880 shapes); ``work_floors`` itself where that does not pay, and where some
+        row's stages' spans differ (``lower_bounds`` reads ``work_floors`` then)."""
+        if self._order is None:
+            varied = not self._all_tiles() and self._varies.any()
+            costs, kinds = self.costings.costs, self.layer_kinds
+            computes = None if varied else order_computes(self.problem, costs, kinds)
+            self._order = self.work_floors() if computes is None else self._least_floor(computes)
+        return self._order
+
+    def _least_floor(self, computes: dict) -> np.ndarray:
+        """Per row, the least over the layer kinds of step.build.kind_compute_floor of its cost id's compute
+        (``computes``: per kind, one per cost id)."""
+        c, least = self.columns, None
+        for kind in self.layer_kinds:
+            work = kind_compute_floor(kind, stack(computes[kind], c["cost_id"]), c["recompute"])
+            least = work if least is None else np.minimum(least, work)
+        return np.broadcast_to(least, (self.size,))
 
     def lower_bounds(
         self,

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Mapping, NamedTuple
 
 import numpy as np
 
+from paraplan.search.bounds import SAFETY
 from paraplan.search.space import SearchProblem
 from paraplan.specs.moe_model import moe_shaped
 from paraplan.step.build import model_block_kinds, stage_block_counts
@@ -17,8 +18,6 @@ from paraplan.step.schedules import SCHEDULES, schedule_step_floor
 
 if TYPE_CHECKING:
     from paraplan.search.bounds.blocks import Block
-
-SAFETY = 1.0 - 1e-9  # the floors are sums in another order than the estimator's: keep them below it
 
 
 class LayerFloors(NamedTuple):
