@@ -10,7 +10,8 @@ from itertools import product
 import numpy as np
 import pytest
 
-from paraplan.catalog import load_model, load_system, model_names
+from paraplan.catalog import load_framework, load_model, load_system, model_names
+from paraplan.cost.frameworks import framework_search_fields, framework_system
 from paraplan.graph.layers import decoder_core_ops
 from paraplan.graph.transformer import cp_free_key
 from paraplan.search.space import SearchProblem
@@ -99,7 +100,27 @@ def test_the_contract_check_can_fail(monkeypatch):
 )
 def test_order_floors_stay_below_work_floors(model_name, fields):
     """Every row's order floor is at most its work floor, and within SAFETY's share of it where the kind splits."""
-    table = RowTable(_problem(model_name, **fields))
+    _assert_order_floors_below(RowTable(_problem(model_name, **fields)))
+
+
+def test_order_floors_keep_the_early_stop_tail():
+    """Under an early-stopping checkpoint (pytorch-eager: checkpoint_early_stop) a full recomputation skips the
+    block's tail; the order floor subtracts it whole too, so it stays at or below the work floor."""
+    framework = load_framework("pytorch-eager")
+    problem = SearchProblem(
+        model=load_model("llama3-8b"),
+        system=framework_system(framework, load_system("dgx-h100-80gb")),
+        gpus=64,
+        seq_length=8192,
+        global_batch=1024,
+        recompute=("full",),
+        **framework_search_fields(framework),
+    )
+    assert problem.system.accelerator.efficiency.checkpoint_early_stop
+    _assert_order_floors_below(RowTable(problem))
+
+
+def _assert_order_floors_below(table: RowTable) -> None:
     order, work = table.order_floors(), table.work_floors()
     assert len(order) == table.size > 0
     assert np.all(order <= work)

@@ -50,7 +50,9 @@ def floor_computes(problem: SearchProblem, shapes: list, kind: str) -> list:
 
 
 def _summed(rest, core) -> BlockCompute:
-    """A floor of the compute of a block whose ops are ``rest``'s and ``core``'s (``floor_computes``)."""
+    """A floor of the compute of a block whose ops are ``rest``'s and ``core``'s (``floor_computes``). The
+    early stop's tail (``early_stop_forward``, the ops a full recomputation does not re-run) enters the
+    recomputation with a minus sign (step.block_terms.recompute_s), so a floor keeps it whole, over SAFETY."""
     return BlockCompute(
         (rest.forward + core.forward) * SAFETY,
         (rest.backward + core.backward) * SAFETY,
@@ -58,4 +60,5 @@ def _summed(rest, core) -> BlockCompute:
         0.0,
         0.0,
         0.0,
+        early_stop_forward=(rest.early_stop_forward + core.early_stop_forward) / SAFETY,
     )
