@@ -63,6 +63,8 @@ def test_the_model_fields_choose_the_rule():
         (dict(router_groups=3, router_group_topk=1), "divide experts"),
         (dict(router_groups=4, router_group_topk=4), "below router_groups"),
         (dict(router_groups=4, router_group_topk=3), "multiple of router_group_topk"),
+        # 2 experts from each chosen group, of 1 a group: no such routing (C(1, 2) = 0 in the unit count)
+        (dict(router_groups=8, router_group_topk=1), "a group holds"),
     ],
 )
 def test_group_fields_are_checked(extra, words):

@@ -90,8 +90,9 @@ def moe_model_problems(m: "ModelSpec") -> list[str]:
 
 def _router_group_problems(m: "ModelSpec") -> list[str]:
     """Group-limited routing's rules: both fields or neither, whole groups of experts, fewer groups used
-    than there are, and top_k a multiple of the groups used (Megatron-Core moe_utils.group_limited_topk
-    scores a group by its top top_k / group_topk experts)."""
+    than there are, top_k a multiple of the groups used (Megatron-Core moe_utils.group_limited_topk
+    scores a group by its top top_k / group_topk experts), and a group holding those top_k / group_topk
+    experts."""
     groups, used = m.router_groups, m.router_group_topk
     if groups is None and used is None:
         return []
@@ -104,6 +105,11 @@ def _router_group_problems(m: "ModelSpec") -> list[str]:
         out.append(f"router_group_topk={used} must be below router_groups={groups}")
     if m.top_k % used:
         out.append(f"top_k={m.top_k} must be a multiple of router_group_topk={used}")
+    elif m.top_k // used > m.experts // groups:
+        out.append(
+            f"top_k={m.top_k} over router_group_topk={used} groups is {m.top_k // used} experts a group; "
+            f"a group holds experts / router_groups = {m.experts // groups}"
+        )
     return out
 
 
