@@ -35,7 +35,9 @@ from paraplan.step.per_stage import (
 def lower_bound(problem: HeteroProblem, settings: list[StageSetting]) -> tuple[float, list]:
     """A lower bound on the candidate's step time, and its stages' StageArrays: the stages together do at
     least Σ_k min_i w_i(k) per micro-batch (each block on its cheapest stage), the slowest stage at least
-    1/pp of it, so T ≥ Σ_k min_i w_i(k) · (1 + (m − 1)/pp) (point-to-point and tails are non-negative)."""
+    1/pp of it, so T ≥ Σ_k min_i w_i(k) · (1 + (m − 1)/pp) (point-to-point and tails are non-negative)
+    under 1F1B or GPipe; an interleaved schedule (``problem.vpp`` > 1) shrinks the bubble, so there only
+    the m micro-batches of the slowest stage count: T ≥ Σ_k min_i w_i(k) · m/pp."""
     model, cluster, common = problem.model, problem.cluster, problem.common
     stages = len(settings)
     arrays = [
@@ -52,7 +54,9 @@ def lower_bound(problem: HeteroProblem, settings: list[StageSetting]) -> tuple[f
     cheapest = np.min(
         [np.max([sum(p.values()) for p in arr.parts.values()], axis=0) for arr in arrays], axis=0
     )
-    return float(cheapest.sum()) * (1 + (settings[0].microbatches - 1) / stages), arrays
+    m = settings[0].microbatches
+    factor = 1 + (m - 1) / stages if problem.vpp == 1 else m / stages
+    return float(cheapest.sum()) * factor, arrays
 
 
 def fixed_bounds(problem: HeteroProblem, stages: int) -> tuple[int, ...] | None:
