@@ -156,6 +156,11 @@ def test_group_limited_routing_is_read_when_it_limits():
     assert (ds.router_groups, ds.router_group_topk) == (8, 4)
     one_group = model_from_hf_config(DEEPSEEK_V3 | {"n_group": 1, "topk_group": 1}, name="k")
     assert (one_group.router_groups, one_group.router_group_topk) == (None, None)  # Kimi-K2's
+    # DeepSeek-V2's remote gate: "greedy" top-k over every expert, "group_limited_greedy" by the groups
+    greedy = model_from_hf_config(DEEPSEEK_V3 | {"topk_method": "greedy"}, name="g")
+    assert (greedy.router_groups, greedy.router_group_topk) == (None, None)
+    limited = model_from_hf_config(DEEPSEEK_V3 | {"topk_method": "group_limited_greedy"}, name="l")
+    assert (limited.router_groups, limited.router_group_topk) == (8, 4)
 
 
 def test_moe_layer_patterns_fit_or_are_refused():

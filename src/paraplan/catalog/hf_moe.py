@@ -21,8 +21,9 @@ DeepSeek-V2 / V3, Kimi-K2 (``deepseek_v2``, ``deepseek_v3``, ``kimi_k2``)
     moe_layer_interval (when the pattern fits), intermediate_size -> ffn_hidden, attention_type mla
     with q_lora_rank (null allowed), kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim,
     num_nextn_predict_layers -> mtp_layers, n_group / topk_group -> router_groups /
-    router_group_topk when topk_group < n_group (group-limited routing: where tokens go, not the
-    work; it prices the deduplicated dispatch, cost.moe.experts_units_hit).
+    router_group_topk when topk_group < n_group and topk_method is not ``greedy`` (group-limited
+    routing: where tokens go, not the work; it prices the deduplicated dispatch,
+    cost.moe.experts_units_hit).
 GPT-OSS (``gpt_oss``)
     num_local_experts -> experts, num_experts_per_tok -> top_k, intermediate_size ->
     moe_ffn_hidden, head_dim, attention_bias -> bias, sliding_window and layer_types ->
@@ -222,7 +223,9 @@ def _deepseek(data: dict, get, field: str, family: str) -> dict:
     }
     spec.pop("head_dim", None)
     groups, used = get("n_group", default=None), get("topk_group", default=None)
-    if isinstance(groups, int) and isinstance(used, int) and 1 <= used < groups:
+    # the remote DeepSeek-V2 gate's "greedy" top-k ignores the groups (modeling_deepseek.py MoEGate)
+    greedy = get("topk_method", default=None, kind=str) == "greedy"
+    if isinstance(groups, int) and isinstance(used, int) and 1 <= used < groups and not greedy:
         spec |= {"router_groups": groups, "router_group_topk": used}
     if shared:
         spec |= {
