@@ -225,7 +225,7 @@ def _deepseek(data: dict, get, field: str, family: str) -> dict:
     groups, used = get("n_group", default=None), get("topk_group", default=None)
     # the remote DeepSeek-V2 gate's "greedy" top-k ignores the groups (modeling_deepseek.py MoEGate)
     greedy = get("topk_method", default=None, kind=str) == "greedy"
-    if isinstance(groups, int) and isinstance(used, int) and 1 <= used < groups and not greedy:
+    if groups is not None and used is not None and 1 <= used < groups and not greedy:
         spec |= {"router_groups": groups, "router_group_topk": used}
     if shared:
         spec |= {

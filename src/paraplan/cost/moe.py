@@ -74,7 +74,7 @@ def group_limited_units_hit(
 def experts_units_hit(model: ModelSpec, units: int) -> float:
     """Distinct units (GPUs or NVLink domains) one token of ``model`` is sent to: group_limited_units_hit
     where the model routes group-limited (router_groups / router_group_topk), else expected_groups_hit."""
-    if model.router_groups is None or model.router_group_topk is None:
+    if model.router_groups is None:  # both or neither (specs.moe_model._router_group_problems)
         return expected_groups_hit(model.experts, model.top_k, units)
     return group_limited_units_hit(
         model.experts, model.top_k, units, model.router_groups, model.router_group_topk

@@ -243,6 +243,9 @@ class RowEnumeration:
         self._degrees: list[tuple] = []
         self._knob_rows: list[np.ndarray] = []
         self._knob_table: dict[str, list] = {}
+        self._knob_options = (
+            0  # the options in the knob table so far (the next KnobColumns' offset)
+        )
         self._tags: dict[str, dict] = {"cost": {}, "memory": {}, "pair": {}, "pairs": {}, "pp": {}}
 
     def _tag(self, kind: str, value) -> int:
@@ -347,7 +350,7 @@ class RowEnumeration:
                 [self.expert_ids.setdefault(e, len(self.expert_ids)) for _, e in options]
             ),
         }
-        offset = sum(len(v) for v in self._knob_table.get("sp", []))
+        offset, self._knob_options = self._knob_options, self._knob_options + len(options)
         for name, values in columns.items():
             self._knob_table.setdefault(name, []).append(values)
         return KnobColumns(

@@ -132,10 +132,8 @@ def _at_max(values: list[Num], present: list[Num], rows: list) -> tuple:
     (``_better``: no where runs); one better everywhere is taken whole. rows[i] may be a function of no
     argument giving the row: called only for an entry some candidate takes (the columns' wheres run after the
     max is found, in the same order, on the same masks)."""
-    best, taken = (
-        None,
-        [],
-    )  # taken: (entry, where it beats the rows taken before it; None: everywhere)
+    best = None
+    taken = []  # (entry, where it beats the rows taken before it; None: everywhere)
     last = len(values) - 1
     for i, (v, p) in enumerate(zip(values, present)):
         if best is None:
@@ -337,11 +335,11 @@ def pipeline_bound_s(inp: StepInputs) -> Num:
     return _breakdown(_pipeline(inp), 0.0, 0.0, 0.0)["step_time_s"]
 
 
-def _tails(inp: StepInputs, pipe: dict) -> tuple[list, Num, list, list]:
-    """The tail half of compose_step: per stage entry (exposed DP after its drain slack, optimizer, offload)
-    (``tail_terms``, ``drain_slack_s``), the activation / weight streaming that outlasts the compute it hides
-    behind (fullest stage), per entry what follows its last backward (``after``) and the streaming that outlasts
-    its DP exposure; None for an entry after the first absent from every candidate."""
+def _tails(inp: StepInputs, pipe: dict) -> tuple[list, list, list]:
+    """The tail half of compose_step, per stage entry: (exposed DP after its drain slack, optimizer, offload)
+    (``tail_terms``, ``drain_slack_s``), what follows its last backward (``after``), and the activation / weight
+    streaming (which outlasts the compute it hides behind, fullest stage) that outlasts its DP exposure; None for
+    an entry after the first absent from every candidate."""
     stages, works, totals, m = inp.stages, pipe["works"], pipe["totals"], inp.microbatches
     slowest, masks = pipe["slowest"], pipe["masks"]
     busy = m * _pick(slowest, [t - w["pp"] for w, t in zip(works, totals)], masks)
@@ -381,7 +379,7 @@ def _tails(inp: StepInputs, pipe: dict) -> tuple[list, Num, list, list]:
     # same compute and each other: only what outlasts the DP exposure shows
     outlasting = [None if t is None else maximum(0.0, streamed - t[0]) for t in tails]
     after = [None if t is None else _after_last_backward(*t, o) for t, o in zip(tails, outlasting)]
-    return tails, streamed, after, outlasting
+    return tails, after, outlasting
 
 
 def _after_last_backward(dp: Num, opt: Num, off: Num, outlasting: Num) -> Num:
@@ -398,13 +396,14 @@ def compose_parts(inp: StepInputs) -> tuple[dict[str, Num], list[dict[str, Num]]
     absent from every candidate (step.inputs.absent_everywhere); the step adds the longest of them and the
     tied-embedding all-reduce)."""
     pipe = _pipeline(inp)
-    tails, streamed, after, _ = _tails(inp, pipe)
-    dp_s, optimizer_s, offload_s = _at_max(after, pipe["present"], tails)
+    tails, after, outlasting = _tails(inp, pipe)
+    rows = [None if t is None else (*t, o) for t, o in zip(tails, outlasting)]
+    dp_s, optimizer_s, offload_s, outlasting_s = _at_max(after, pipe["present"], rows)
     breakdown = _breakdown(
         pipe,
         optimizer_s=optimizer_s,
         dp_s=dp_s + inp.tied_sync_s,
-        offload_s=offload_s + maximum(0.0, streamed - dp_s),
+        offload_s=offload_s + outlasting_s,
     )
     return breakdown, pipe["works"], after
 
@@ -427,12 +426,14 @@ def compose_step_time_s(inp: StepInputs) -> Num:
     entry on the step rather than one per tail column, and no full-size breakdown; an entry's step is worked
     out only where some candidate takes it."""
     pipe = _pipeline(inp)
-    tails, _, after, outlasting = _tails(inp, pipe)
+    tails, after, outlasting = _tails(inp, pipe)
 
-    def step(t: tuple, outlasting: Num) -> tuple:
+    def step(t: tuple, outlasting_s: Num) -> tuple:
         dp, optimizer, offload = t
         return (
-            _breakdown(pipe, optimizer, dp + inp.tied_sync_s, offload + outlasting)["step_time_s"],
+            _breakdown(pipe, optimizer, dp + inp.tied_sync_s, offload + outlasting_s)[
+                "step_time_s"
+            ],
         )
 
     steps = [None if t is None else partial(step, t, o) for t, o in zip(tails, outlasting)]

@@ -209,9 +209,8 @@ def _exact(
         Candidate(t, _plan_from(problem, s, b, m), _label(s, b, names))
         for t, s, b, m, _ in found[:top_k]
     ]
-    plans = _ranked(plans + seeds)[
-        :top_k
-    ]  # a uniform seed's run-wide settings are outside this space
+    # a uniform seed's run-wide settings are outside this space
+    plans = _ranked(plans + seeds)[:top_k]
     elapsed = time.perf_counter() - t0
     stopped = (
         f"time budget {deadline - t0:g} s reached: {bounded} of {len(candidates)} candidates bounded, "
@@ -261,17 +260,33 @@ class _Start(NamedTuple):
     problem: HeteroProblem
 
 
-def _candidate(problem: HeteroProblem, configs, m: int, note: str = "") -> Candidate | None:
-    """The Candidate of these per-stage configs at ``m`` micro-batches (its step through the per-stage
-    estimator), or None when they break a rule the search keeps (_stage_settings_from, split_launchable)."""
+def _priced(problem: HeteroProblem, configs, m: int):
+    """(the per-stage plan of these configs at ``m`` micro-batches, its per-stage Estimate, its stage settings,
+    its block bounds), or None when they break a rule the search keeps (split_launchable,
+    _stage_settings_from) or one of an interleaved plan's chunks (the estimator's stage_plan_violations:
+    an interleaved seed's moves may)."""
     bounds = _bounds(configs)
+    if not split_launchable(problem, bounds):
+        return None
     settings = _stage_settings_from(problem, configs, m)
-    if settings is None or not split_launchable(problem, bounds):
+    if settings is None:
         return None
     plan = _plan_from(problem, settings, bounds, m)
-    step = estimate_stage_plan(problem.model, problem.cluster, plan).step_time_s
+    try:
+        est = estimate_stage_plan(problem.model, problem.cluster, plan)
+    except InputError:
+        return None
+    return plan, est, settings, bounds
+
+
+def _candidate(problem: HeteroProblem, configs, m: int, note: str = "") -> Candidate | None:
+    """The Candidate of these per-stage configs at ``m`` micro-batches (``_priced``), or None."""
+    priced = _priced(problem, configs, m)
+    if priced is None:
+        return None
+    plan, est, settings, bounds = priced
     names = (problem.cluster.pools[0].name,)
-    return Candidate(step, plan, _label(settings, bounds, names) + note)
+    return Candidate(est.step_time_s, plan, _label(settings, bounds, names) + note)
 
 
 def _seed_starts(problem: HeteroProblem, deadline: float) -> list[_Start]:
@@ -360,16 +375,10 @@ def _alleviate(
     def evaluate(configs):
         if any(c.layers < 1 for c in configs) or sum(c.layers for c in configs) != n_blocks:
             return None
-        if not split_launchable(problem, _bounds(configs)):
+        priced = _priced(problem, configs, m)
+        if priced is None:
             return None
-        settings = _stage_settings_from(problem, configs, m)
-        if settings is None:
-            return None
-        plan = _plan_from(problem, settings, _bounds(configs), m)
-        try:  # an interleaved seed's moves may break a rule of its chunks (stage_plan_violations)
-            est = estimate_stage_plan(problem.model, problem.cluster, plan)
-        except InputError:
-            return None
+        est = priced[1]
         overflow = tuple(s.peak_bytes - s.capacity_bytes for s in est.stages)
         return Score(est.step_time_s, est.stage_work_s, overflow)
 

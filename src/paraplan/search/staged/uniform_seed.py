@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 
 from paraplan.search.run import search
 from paraplan.search.space import SearchProblem
+from paraplan.search.staged.hetero import _powers_of_two
 from paraplan.search.staged.problem import HeteroProblem
 from paraplan.specs.errors import InputError
 from paraplan.specs.stage_plan import StagePlanSpec
@@ -30,9 +31,8 @@ from paraplan.specs.uniform_stages import (
     unsupported_field_violations,
 )
 
-SEED_PLANS = (
-    3  # uniform plans asked for: the best first, the next ones kept among the returned plans
-)
+# uniform plans asked for: the best first, the next ones kept among the returned plans
+SEED_PLANS = 3
 
 
 # the run-wide settings a seed gives the per-stage problem that prices moves from it (HeteroProblem fields,
@@ -67,10 +67,6 @@ def uniform_problem(problem: HeteroProblem) -> SearchProblem:
     """The uniform search problem of this one-pool per-stage problem, restricted to what a per-stage
     plan states (module docstring)."""
     pool = problem.cluster.pools[0]
-    tps, tp = [], 1
-    while tp <= pool.gpus_per_node:
-        tps.append(tp)
-        tp *= 2
     return SearchProblem(
         model=problem.model,
         system=pool.system,
@@ -79,7 +75,7 @@ def uniform_problem(problem: HeteroProblem) -> SearchProblem:
         global_batch=problem.global_batch,
         dtype=problem.dtype,
         attention=problem.attention,
-        tp=tuple(tps),
+        tp=tuple(_powers_of_two(pool.gpus_per_node)),
         cp=(1,),
         schedules=STAGE_SCHEDULES,
         vary_offload=False,
