@@ -47,7 +47,6 @@ from paraplan.step.compose import SCHEDULE_FLAGS, StepInputs, compose_step
 from paraplan.step.constants import stack_shape_fields
 from paraplan.step.inputs import replaced
 from paraplan.step.layer_shape import layer_shape_from
-from paraplan.step.blocks import BlockRef
 from paraplan.step.layout import StageMix, model_layer_counts
 from paraplan.step.placement import (
     StageDims,
@@ -307,7 +306,7 @@ def plan_early_stop_flops(model: ModelSpec, system: SystemSpec, plan: PlanSpec) 
     step.layout.model_layer_counts, on the plan's layer shape); 0 unless the plan recomputes fully."""
     if plan.recompute != "full":
         return 0.0
-    layers = tuple((BlockRef(kind, model), n) for kind, n in model_layer_counts(model))
+    layers = tuple((kind, model, n) for kind, n in model_layer_counts(model))
     return early_stop_flops_per_token(model, system, layer_shape(plan, system), layers)
 
 

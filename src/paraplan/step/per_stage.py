@@ -433,7 +433,8 @@ def stage_early_stop_flops(
     if _recompute_mode(setting) != "full":
         return 0.0
     a, b = blocks
-    layers = tuple(Counter(ref for ref in model_blocks(model)[a:b] if ref.is_layer).items())
+    held = Counter((ref.kind, ref.width) for ref in model_blocks(model)[a:b] if ref.is_layer)
+    layers = tuple((kind, width, n) for (kind, width), n in held.items())
     shape = layer_shape_for(common, setting)
     per_pool = [
         (

@@ -19,7 +19,7 @@ from paraplan.specs.model import ModelSpec
 from paraplan.specs.recompute import modules_of
 from paraplan.specs.stage_plan import StagePlanSpec
 from paraplan.specs.system import SystemSpec
-from paraplan.step.blocks import BlockRef, block_graph
+from paraplan.step.blocks import BLOCK_KINDS
 
 
 def stage_plan_fields(plan: StagePlanSpec) -> dict:
@@ -45,9 +45,10 @@ def early_stop_flops_per_token(
     model: ModelSpec,
     system: SystemSpec,
     shape: LayerShape,
-    layers: tuple[tuple[BlockRef, int], ...],
+    layers: tuple[tuple[str, ModelSpec, int], ...],
 ) -> float:
-    """FLOPs per token that a full recomputation of ``layers`` ((block, how many of it)) does not re-run
+    """FLOPs per token that a full recomputation of ``layers`` ((block kind, its widths, how many): a
+    step.blocks.BLOCK_KINDS name, as step.blocks.BlockRef holds it) does not re-run
     under torch.utils.checkpoint's early stop, where the profile runs it (checkpoint_early_stop):
     Σ n · cost.flops.mlp_output_flops_per_token(widths), 2·f·h each, over the blocks whose op graph on
     ``shape`` ends with graph.ops.early_stop_tail (the rule whose seconds step.block_sums.
@@ -56,9 +57,9 @@ def early_stop_flops_per_token(
     if not system.accelerator.efficiency.checkpoint_early_stop:
         return 0.0
     skipped = 0.0
-    for ref, n in layers:
-        if early_stop_tail(block_graph(model, ref, shape).ops):
-            skipped += n * mlp_output_flops_per_token(ref.width)
+    for kind, width, n in layers:
+        if early_stop_tail(BLOCK_KINDS[kind].build(model, width, shape).ops):
+            skipped += n * mlp_output_flops_per_token(width)
     return skipped
 
 
