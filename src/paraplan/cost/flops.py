@@ -135,6 +135,13 @@ def mlp_matmul_params(m: ModelSpec, width: int) -> float:
     return float((m.mlp_input_projections + 1) * m.hidden * width)
 
 
+def mlp_output_flops_per_token(m: ModelSpec) -> float:
+    """2·f·h: the forward FLOPs per token of one dense MLP's output projection (its f·h matmul parameters,
+    the last term of mlp_matmul_params), f = m.ffn_hidden. The GEMM that torch.utils.checkpoint's early
+    stop does not re-run in a full recomputation (graph.ops.early_stop_tail)."""
+    return 2.0 * m.ffn_hidden * m.hidden
+
+
 def moe_mlp_matmul_params(m: ModelSpec) -> float:
     """Matmul parameters one token passes through in an MoE MLP: router E·h, k routed experts, shared experts."""
     routed = m.top_k * mlp_matmul_params(m, m.moe_ffn_hidden or 0)

@@ -103,6 +103,33 @@ def residual_kernel(model: ModelSpec, rows: float, width: float) -> tuple[str, f
     return ("dropout_add" if model.has_dropout else "add", float(rows), float(width))
 
 
+# the block's last two ops where they are a dense MLP's output GEMM and its residual add (graph.transformer)
+EARLY_STOP_TAIL = ("mlp_out_projection", "mlp_residual")
+
+
+def early_stop_tail(ops: tuple[Op, ...]) -> tuple[Op, ...]:
+    """The ops of a block that torch.utils.checkpoint's early stop does not re-run in a full recomputation:
+    the dense MLP's output GEMM and the residual add after it, when they end the block (EARLY_STOP_TAIL,
+    the add a plain ``add`` kernel), else none. Non-reentrant checkpointing (``use_reentrant=False``; its
+    ``early_stop`` argument defaults to True, torch.utils.checkpoint.checkpoint) recomputes inside backward
+    and raises ``_StopRecomputationError`` from its pack hook as soon as the recomputation has packed as
+    many saved tensors as the forward did (torch/utils/checkpoint.py ``_recomputation_hook``,
+    pytorch/pytorch 0008d771a4). Autograd packs an op's saved inputs before its kernel runs
+    (tools/autograd/gen_variable_type.py ``emit_body``: setup_derivative, which saves the inputs, before
+    emit_call; its outputs after; torch/csrc/autograd/saved_variable.cpp calls the pack hook in the
+    constructor): the output GEMM (addmm / mm save only their inputs, mat1 and mat2) is where the last
+    tensor is packed, so its kernel and the residual add (AddBackward0 saves nothing) never run. A dropout
+    before the add saves its mask after its kernel, so the GEMM runs: no tail then (``dropout_add``); nor
+    when an op follows them (an fp8 cast). The one rule of the tail: its time (step.block_sums.
+    early_stop_tail_s) and its FLOPs (step.stage_totals.early_stop_flops_per_token) read it here."""
+    if len(ops) < 2 or tuple(op.name for op in ops[-2:]) != EARLY_STOP_TAIL:
+        return ()
+    gemm, residual = ops[-2], ops[-1]
+    if gemm.kind != "gemm" or residual.kernel is None or residual.kernel[0] != "add":
+        return ()
+    return (gemm, residual)
+
+
 class Collective(NamedTuple):
     """A collective of one micro-batch in one layer: ``count_fwd`` calls in forward, ``count_bwd`` in backward.
 

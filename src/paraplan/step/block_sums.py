@@ -18,7 +18,7 @@ from paraplan.cost.moe import EXPERT_GROUPS, expert_group_span, moe_collective_t
 from paraplan.cost.summa import grid_spans
 from paraplan.graph.cp_ring_torch import TORCH_RING_COLLECTIVE
 from paraplan.graph.megatron_softmax import DROPOUT_SCORES
-from paraplan.graph.ops import ExpertShape, LayerGraph, Op
+from paraplan.graph.ops import ExpertShape, LayerGraph, Op, early_stop_tail
 from paraplan.graph.transformer import LayerShape
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.system import SystemSpec
@@ -54,29 +54,11 @@ class BlockCompute(NamedTuple):
     early_stop_forward: float = 0.0
 
 
-# the block's last two ops where they are a dense MLP's output GEMM and its residual add (graph.transformer)
-EARLY_STOP_TAIL = ("mlp_out_projection", "mlp_residual")
-
-
 def early_stop_tail_s(ops: tuple[Op, ...], times: dict[Op, tuple[float, float]]) -> float:
-    """Forward seconds of a block's ops that torch.utils.checkpoint's early stop does not re-run: the dense
-    MLP's output GEMM and the residual add after it, when they end the block (EARLY_STOP_TAIL, the add a
-    plain ``add`` kernel), else 0. Non-reentrant checkpointing (``use_reentrant=False``; its ``early_stop``
-    argument defaults to True, torch.utils.checkpoint.checkpoint) recomputes inside backward and raises
-    ``_StopRecomputationError`` from its pack hook as soon as the recomputation has packed as many saved
-    tensors as the forward did (torch/utils/checkpoint.py ``_recomputation_hook``, pytorch/pytorch
-    0008d771a4). Autograd packs an op's saved inputs before its kernel runs (tools/autograd/
-    gen_variable_type.py ``emit_body``: setup_derivative, which saves the inputs, before emit_call; its
-    outputs after; torch/csrc/autograd/saved_variable.cpp calls the pack hook in the constructor): the
-    output GEMM (addmm / mm save only their inputs, mat1 and mat2) is where the last tensor is packed, so
-    its kernel and the residual add (AddBackward0 saves nothing) never run. A dropout before the add saves
-    its mask after its kernel, so the GEMM runs: no tail then (``dropout_add``)."""
-    if len(ops) < 2 or tuple(op.name for op in ops[-2:]) != EARLY_STOP_TAIL:
-        return 0.0
-    gemm, residual = ops[-2], ops[-1]
-    if gemm.kind != "gemm" or residual.kernel is None or residual.kernel[0] != "add":
-        return 0.0
-    return times[gemm][0] + times[residual][0]
+    """Forward seconds of a block's ops that torch.utils.checkpoint's early stop does not re-run
+    (graph.ops.early_stop_tail: the dense MLP's output GEMM and the residual add after it, when they end
+    the block), else 0."""
+    return sum((times[op][0] for op in early_stop_tail(ops)), 0.0)
 
 
 @lru_cache(maxsize=16384)

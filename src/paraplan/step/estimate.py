@@ -47,7 +47,7 @@ from paraplan.step.compose import SCHEDULE_FLAGS, StepInputs, compose_step
 from paraplan.step.constants import stack_shape_fields
 from paraplan.step.inputs import replaced
 from paraplan.step.layer_shape import layer_shape_from
-from paraplan.step.layout import StageMix
+from paraplan.step.layout import StageMix, model_layer_counts
 from paraplan.step.placement import (
     StageDims,
     placed_stage_inputs,
@@ -55,6 +55,7 @@ from paraplan.step.placement import (
     position_spans,
 )
 from paraplan.step.result import CommCost, Estimate, OpCost, StageMemory, TimeBreakdown
+from paraplan.step.stage_totals import early_stop_flops_per_token
 from paraplan.step.stage_memory import (
     ddp_buckets,
     dualpipe_memory_terms,
@@ -299,9 +300,26 @@ def _flops(
     )
 
 
+def plan_early_stop_flops(model: ModelSpec, system: SystemSpec, plan: PlanSpec) -> float:
+    """FLOPs per token a full recomputation of the plan's layers does not re-run under the early stop
+    (step.stage_totals.early_stop_flops_per_token of every layer kind a uniform plan holds,
+    step.layout.model_layer_counts, on the plan's layer shape); 0 unless the plan recomputes fully."""
+    if plan.recompute != "full":
+        return 0.0
+    layers = tuple((kind, model, n) for kind, n in model_layer_counts(model))
+    return early_stop_flops_per_token(model, system, layer_shape(plan, system), layers)
+
+
 # what an estimate keeps between calls, each keyed on frozen specs (benchmarks/estimate_speed.py clears
 # them for its cold column)
-ESTIMATE_CACHES = (_row, _violations, _plan_inputs, _system_terms, _flops)
+ESTIMATE_CACHES = (
+    _row,
+    _violations,
+    _plan_inputs,
+    _system_terms,
+    _flops,
+    early_stop_flops_per_token,
+)
 
 
 def _stage_memories(inp: StepInputs, plan: PlanSpec, system: SystemSpec, placed: tuple) -> list:
@@ -353,6 +371,7 @@ def estimate(
     model_flops, recomputed = _flops(
         model, plan.seq_length, plan.global_batch, plan.recompute, recompute_modules(plan)
     )
+    recomputed -= plan_early_stop_flops(model, system, plan)
     hardware_flops = model_flops + recompute_share(plan, inp) * tokens * recomputed
     ops, comms = (
         _op_table(

@@ -93,13 +93,18 @@ def stage_block_counts(
     )
 
 
-def model_layer_kinds(model: ModelSpec) -> tuple[str, ...]:
-    """The transformer-layer kinds (step.blocks.BlockKind ``layer``) a uniform plan's stages hold at least
-    one block of, in stage order: ``stage_block_counts`` of one stage holding every layer (a dense decoder:
-    "decoder"; an MoE model: "dense_layer" where it has dense layers, "moe_layer")."""
+def model_layer_counts(model: ModelSpec) -> tuple[tuple[str, int], ...]:
+    """(transformer-layer kind, its layers) of every kind (step.blocks.BlockKind ``layer``) a uniform plan's
+    stages hold at least one block of, in stage order: ``stage_block_counts`` of one stage holding every
+    layer (a dense decoder: "decoder"; an MoE model: "dense_layer" where it has dense layers, "moe_layer")."""
     whole = SplitGroup(0, 1, model.layers, 1, 1)
     counts = stage_block_counts(model if moe_shaped(model) else None, whole, 0)
-    return tuple(kind for kind, n in counts if n and BLOCK_KINDS[kind].layer)
+    return tuple((kind, int(n)) for kind, n in counts if n and BLOCK_KINDS[kind].layer)
+
+
+def model_layer_kinds(model: ModelSpec) -> tuple[str, ...]:
+    """The kinds of ``model_layer_counts``, in stage order."""
+    return tuple(kind for kind, _ in model_layer_counts(model))
 
 
 def build_step_inputs(

@@ -30,6 +30,7 @@ The model (issue 10, "The model"):
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, fields, replace
 from functools import lru_cache
 
@@ -75,6 +76,7 @@ from paraplan.step.stage_blocks import (
     recomputable_names,
 )
 from paraplan.step.stage_totals import (
+    early_stop_flops_per_token,
     stage_plan_fields,
     stage_plan_flops,
     stage_plan_system,
@@ -387,8 +389,15 @@ def estimate_stage_plan(
         }
         for i, (st, (a, b)) in enumerate(zip(settings, ranges))
     )
+    early_stop = [
+        stage_early_stop_flops(model, cluster, common, st, r) for st, r in zip(settings, ranges)
+    ]
     model_flops, hardware_flops = stage_plan_flops(
-        model, plan, [s["layers"] for s in summary], [s["recompute"] for s in summary]
+        model,
+        plan,
+        [s["layers"] for s in summary],
+        [s["recompute"] for s in summary],
+        early_stop,
     )
     slices = [st.slices for st in settings]
     return Estimate(
@@ -408,6 +417,39 @@ def estimate_stage_plan(
         stage_summary=summary,
         problems=runnable_problems(costs),
     )
+
+
+def stage_early_stop_flops(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    common: Common,
+    setting: StageSetting,
+    blocks: tuple[int, int],
+) -> float:
+    """step.stage_totals.early_stop_flops_per_token of a fully recomputed stage's layers (its block range
+    [a, b) of step.blocks.model_blocks) on its shape, each pool with its system and stack fields
+    (``stage_arrays``), the pools weighted by their GPUs (each GPU of the stage runs its share of the
+    stage's tokens); 0 for a stage not fully recomputed."""
+    if _recompute_mode(setting) != "full":
+        return 0.0
+    a, b = blocks
+    held = Counter((ref.kind, ref.width) for ref in model_blocks(model)[a:b] if ref.is_layer)
+    layers = tuple((kind, width, n) for (kind, width), n in held.items())
+    shape = layer_shape_for(common, setting)
+    per_pool = [
+        (
+            count,
+            early_stop_flops_per_token(
+                model, system, shape._replace(**stack_shape_fields(system)), layers
+            ),
+        )
+        for system, count in (
+            (cluster.pool(pool).system, count) for pool, _, count in setting.slices
+        )
+    ]
+    if len({flops for _, flops in per_pool}) == 1:  # one value: itself, not a mean's rounding
+        return per_pool[0][1]
+    return sum(count * flops for count, flops in per_pool) / sum(count for count, _ in per_pool)
 
 
 def stage_neighbours(
