@@ -1,6 +1,6 @@
 """Start-up of the command line: process CPU seconds of ``paraplan --help`` and ``paraplan estimate --help`` in
 fresh interpreters (target, issue 31: <= 0.2 s, and no numpy), beside a bare ``python -c pass`` and the imports and
-catalog entries a search loads before its work starts.
+catalog entries a search loads before its work starts (the process ends there, as a command ends: ``SEARCH_START``).
 
 Prints the least CPU seconds (user + system) and wall seconds of N runs, cold (no bytecode cache: the first run
 after an install) and warm (with one: every later run, what the target is judged on), and the heavy modules
