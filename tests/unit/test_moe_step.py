@@ -44,8 +44,10 @@ def test_unpaired_ep_exposure_by_hand():
         1.0, 2.0, 0.0, 0.0, 0.0, 0.0, 0.0, ep_forward=0.5, ep_backward=0.7, ep_comm=3.0
     )
     assert unpaired_ep_exposure_s(terms) == pytest.approx(3.0 - 0.5 - 0.7)
-    # without the overlap the exposure is the raw time: nothing added
-    assert unpaired_ep_exposure_s(replace(terms, ep_forward=1.4, ep_backward=1.6)) == 0.0
+    # without the overlap the exposure is the raw time: nothing added, to the bit
+    # ((0.1 + 0.2) - 0.1 - 0.2 is 2.8e-17, not 0)
+    raw = replace(terms, ep_forward=0.1, ep_backward=0.2, ep_comm=0.1 + 0.2)
+    assert unpaired_ep_exposure_s(raw) == 0.0
 
 
 def test_a2a_overlap_without_pipelining_pays_one_forward_and_one_backward_whole():
