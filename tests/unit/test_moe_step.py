@@ -1,5 +1,7 @@
 """MoE layers composed into the step: block kinds, the expert gradient group, EP exposure, rules."""
 
+from dataclasses import replace
+
 import pytest
 
 from paraplan.api import estimate as api_estimate
@@ -8,6 +10,7 @@ from paraplan.step.estimate import estimate, step_inputs
 from paraplan.search.space import SearchProblem
 from paraplan.specs.errors import InputError
 from paraplan.specs.plan import PlanSpec
+from paraplan.step.block_terms import BlockTerms, unpaired_ep_exposure_s
 from paraplan.step.build import layer_mix
 
 QWEN = load_model("qwen3-30b-a3b")
@@ -34,6 +37,39 @@ def test_a2a_overlap_hides_dispatch_and_forced_balance_is_no_slower():
     forced = estimate(QWEN, H100, plan(moe_balance="forced"))
     learned = estimate(QWEN, H100, plan(moe_balance="learned"))
     assert forced.step_time_s <= learned.step_time_s
+
+
+def test_unpaired_ep_exposure_by_hand():
+    terms = BlockTerms(
+        1.0, 2.0, 0.0, 0.0, 0.0, 0.0, 0.0, ep_forward=0.5, ep_backward=0.7, ep_comm=3.0
+    )
+    assert unpaired_ep_exposure_s(terms) == pytest.approx(3.0 - 0.5 - 0.7)
+    # without the overlap the exposure is the raw time: nothing added, to the bit
+    # ((0.1 + 0.2) - 0.1 - 0.2 is 2.8e-17, not 0)
+    raw = replace(terms, ep_forward=0.1, ep_backward=0.2, ep_comm=0.1 + 0.2)
+    assert unpaired_ep_exposure_s(raw) == 0.0
+
+
+def test_a2a_overlap_without_pipelining_pays_one_forward_and_one_backward_whole():
+    # combined_1f1b_schedule_for_no_pipelining: m - 1 overlapped pairs, the first forward and the last
+    # backward alone, so EP(m) = (m - 1)·e + raw with e the overlapped exposure of one micro-batch and raw
+    # its all-to-alls whole (the no-overlap plan's EP part over m)
+    ep = {
+        gbs: estimate(QWEN, H100, plan(global_batch=gbs, moe_a2a_overlap=True)).breakdown.ep_comm_s
+        for gbs in (64, 128)
+    }  # m = 4 and 8 (dp 16, micro-batch 1)
+    e = (ep[128] - ep[64]) / 4
+    raw = estimate(QWEN, H100, plan(global_batch=64)).breakdown.ep_comm_s / 4
+    assert 0 < e < raw
+    assert ep[64] == pytest.approx(3 * e + raw)
+    # with pipelining (pp 2) every micro-batch is priced overlapped, as before: EP(m) = m·e
+    ep2 = {
+        gbs: estimate(
+            QWEN, H100, plan(global_batch=gbs, pp=2, moe_a2a_overlap=True)
+        ).breakdown.ep_comm_s
+        for gbs in (64, 128)
+    }
+    assert ep2[128] == pytest.approx(2 * ep2[64])
 
 
 def test_experts_are_their_own_gradient_group_sharded_over_edp():

@@ -339,6 +339,19 @@ def expert_exposure(c, comm) -> tuple[Num, Num]:
     return ep_f, ep_b
 
 
+def unpaired_ep_exposure_s(terms: BlockTerms) -> Num:
+    """Seconds one block's expert-parallel dispatch / combine adds, once a step, where the A2A overlap runs
+    without pipelining: Megatron-Core's ``combined_1f1b_schedule_for_no_pipelining`` (moe_a2a_overlap, pp 1)
+    runs the first micro-batch's forward and the last one's backward alone ("executed alone, no a2a
+    overlapping", megatron/core/pipeline_parallel/combined_1f1b.py, the same at b0cc2706, d7288711b,
+    d0b3b7754, 458c8d0ec and cd4afffa6) and the other m − 1 forwards each beside the previous micro-batch's
+    backward. Those two passes pay their all-to-alls whole where ``expert_exposure`` priced every pass as
+    overlapped: (F_raw + B_raw) − (F_exposed + B_exposed) = ``ep_comm − ep_forward − ep_backward``; exactly 0
+    without the overlap, where the exposure is the raw time (the same sum, so the comparison is equal)."""
+    exposed = terms.ep_forward + terms.ep_backward
+    return where(terms.ep_comm > exposed, terms.ep_comm - exposed, 0.0)
+
+
 @dataclass(frozen=True)
 class BlockCost:
     """One block on one GPU: its time terms per micro-batch and what it holds in memory."""

@@ -46,6 +46,7 @@ from paraplan.step.block_terms import (  # noqa: F401
     block_terms,
     expert_exposure,
     recompute_s,
+    unpaired_ep_exposure_s,
 )
 from paraplan.step.inputs import (  # noqa: F401
     GRAD_REDUCE_BYTES,
@@ -252,6 +253,11 @@ def _pipeline(inp: StepInputs) -> dict:
     )
     m = inp.microbatches
     part = {name: m * slowest_parts[name] for name in (*BLOCK_TERM_NAMES, "pp")}
+    # the A2A overlap without pipelining: one forward and one backward a step run unpaired
+    unpaired = _pick(
+        slowest, [sum_blocks(s, lambda b: unpaired_ep_exposure_s(b.terms)) for s in stages], masks
+    )
+    part["ep_forward"] = part["ep_forward"] + where(inp.pp == 1, unpaired, 0.0)
     if pairs is not None:
         part = _paired_parts(inp, part, slowest_parts, pair_s)
     return {
