@@ -48,6 +48,16 @@ FSDP_PARAM_BYTES = 2.0
 FSDP_GATHERS_PER_MICROBATCH = 2.0
 
 
+def fsdp_reduce_bytes(grad_dtype: str, grad_reduce_dtype: str) -> float:
+    """Bytes per element of FSDP's reduce dtype r: the kept gradient's (GRAD_BYTES[grad_dtype], a
+    MixedPrecision reduce_dtype of fp32, torchtitan's) or, where the stack reduces in the compute dtype
+    (``grad_reduce_dtype`` compute: reduce_dtype = param_dtype, Accelerate's
+    FullyShardedDataParallelPlugin.set_mixed_precision, accelerate v1.10.0 utils/dataclasses.py), the
+    param dtype's FSDP_PARAM_BYTES, 2 B for bf16: what cost.memory.grad_reduce_bytes_per_param puts on
+    the wire for the same field."""
+    return FSDP_PARAM_BYTES if grad_reduce_dtype == "compute" else GRAD_BYTES[grad_dtype]
+
+
 def fsdp2_compute_copy_bytes(param_bytes: float, reduce_bytes: float) -> float:
     """HBM bytes per gathered parameter and micro-batch that FSDP2 runs on the compute stream:
     G·2p + (p + r), with G = 2 gathers, p the param dtype's bytes and r the reduce dtype's.
@@ -241,7 +251,7 @@ def runtime_costs(framework: FrameworkSpec) -> RuntimeCosts:
         "ub_fp8_pipeline": framework.tp_overlap_fp8_reduce_scatter == "pipeline",
         "p2p_overlap": framework.overlap_p2p_comm and framework.pipeline_engine == "megatron",
     }
-    reduce = GRAD_BYTES[framework.grad_dtype]
+    reduce = fsdp_reduce_bytes(framework.grad_dtype, framework.grad_reduce_dtype)
     if framework.fsdp_runtime == "fsdp2":
         fields.update(
             zero3_compute_copy_bytes=fsdp2_compute_copy_bytes(FSDP_PARAM_BYTES, reduce),
