@@ -26,6 +26,8 @@ STACKS = {
     "deepspeed": "deepspeed",
     "deepspeed-2021": "deepspeed-2021",
     "hf-transformers": "hf-transformers",
+    "hf-transformers-deepspeed": "hf-transformers",
+    "hf-transformers-fsdp": "hf-transformers",
     "llm-foundry": "llm-foundry",
     "maxtext": "maxtext",
     "megatron-bridge-25.09": MEGATRON_STACK,
