@@ -71,8 +71,19 @@ def test_maxtext_terms():
     assert t["grad_reduce_bytes"] == 2.0 == grad_reduce_bytes(system, "bf16", plan)
 
 
-# FSDP2 keeps the fp32 sharded parameters and gathers their bf16 casts (the torchtitan profiles' sources)
-FP32_PARAMS = ("maxtext", "torchtitan", "torchtitan-compiled")
+# FSDP2 keeps the fp32 sharded parameters and gathers their bf16 casts (the torchtitan profiles' sources), so does
+# FSDP1 under Accelerate's MixedPrecision (hf-transformers-fsdp's sources)
+FP32_PARAMS = ("maxtext", "torchtitan", "torchtitan-compiled", "hf-transformers-fsdp")
+
+
+def test_hf_fsdp_terms():
+    """Accelerate's FSDP1 policy: fp32 shards (weights 4, gradients 4, moments 8 B), bf16 gathered (2 B) and
+    reduce_dtype = param_dtype, so the reduce-scatter moves 2 B per parameter (grad_reduce_dtype compute)."""
+    system, plan = _terms("hf-transformers-fsdp", "bf16")
+    t = system_terms(system, "bf16", plan)
+    assert (t["weight_bytes"], t["grad_bytes"], t["optimizer_bytes"]) == (4.0, 4.0, 8.0)
+    assert t["param_gather_bytes"] == t["gathered_weight_bytes"] == 2.0
+    assert t["grad_reduce_bytes"] == 2.0 == grad_reduce_bytes(system, "bf16", plan)
 
 
 @pytest.mark.parametrize("framework", ["torchtitan", "torchtitan-compiled"])
