@@ -14,6 +14,7 @@ from paraplan.cost.runtimes import fsdp_reduce_bytes, fused_adamw_clip_bytes, ru
 from paraplan.specs.plan import PlanSpec
 from paraplan.specs.system import OPTIMIZER_BYTES_PER_PARAM
 from paraplan.step.estimate import estimate
+from paraplan.validate.features import band_keys, case_population
 
 BASE, FSDP, DS = "hf-transformers", "hf-transformers-fsdp", "hf-transformers-deepspeed"
 # llama3-8b on one DGX H100, data parallel only, four micro-batches a step
@@ -35,6 +36,10 @@ def test_the_profiles_refine_hf_transformers_and_run_its_stack(name):
     base = load_framework(BASE)
     assert profile.host_launch_s == base.host_launch_s  # the same eager model code
     assert profile.module_impl == base.module_impl
+    # the error bands pool them with the hf-transformers cases (validate.features)
+    model, system = load_model("llama3-8b"), load_system("dgx-h100-80gb")
+    assert band_keys(model, system, PlanSpec(**PLAN, zero=3), name).stack == BASE
+    assert case_population(model, name) == "dense hf-transformers"
 
 
 def test_fsdp_reduce_bytes_by_hand():
