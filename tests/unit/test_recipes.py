@@ -119,6 +119,36 @@ def test_every_recipe_profile_names_a_stack_profile_and_cites_what_it_states():
             assert {"fp8_recipe", "cuda_graph_scope"} & set(profile.sources), name
 
 
+# the issue-33 features every profile states with a source somewhere in its base chain (catalog._over_base merges
+# the chain's sources per field into the profile's), whether the profile sets the value or takes the default: TP
+# comm-GEMM overlap, p2p overlap, the gradient dtype and its reduction's, the fp8 recipe and fp8 weight all-gather,
+# the optimizer-state precision, the CUDA-graph scope, the grouped-GEMM implementation and the pipeline engine
+CITED_FEATURES = (
+    "overlap_tp_comm",
+    "overlap_p2p_comm",
+    "grad_dtype",
+    "grad_reduce_dtype",
+    "fp8_recipe",
+    "fp8_param_gather",
+    "optimizer_state",
+    "cuda_graph_scope",
+    "grouped_gemm",
+    "pipeline_engine",
+)
+
+
+def test_every_profile_cites_each_issue_33_feature_somewhere_in_its_chain():
+    from paraplan.catalog import framework_names
+
+    for name in framework_names():
+        sources = load_framework(name).sources
+        for field in CITED_FEATURES:
+            assert field in sources, (name, field)
+    # the stacks whose experts run as one grouped kernel say so: torchtitan's torch._grouped_mm
+    assert load_framework("torchtitan-compiled").grouped_gemm == "torch-grouped-mm"
+    assert load_framework("megatron-bridge-25.11").grouped_gemm == "te-multistream"
+
+
 def test_deepspeed_engine_accumulates_gradients_per_micro_batch():
     """The per-stage engine's bytes come from the one table the framework profiles read
     (cost.runtimes.GRAD_ACCUMULATION_BYTES): fused 0, fp16 param.grad 6 B, BF16 optimizer 18 B."""

@@ -67,3 +67,25 @@ def test_step_time_never_decreases_when_exponentials_get_slower(system):
     ]
     assert all(a <= b for a, b in itertools.pairwise(times))
     assert times[-1] > times[0]
+
+
+def test_hopper_and_ampere_rates_are_sixteen_exponentials_per_sm_per_clock():
+    """16 MUFU.EX2 results per SM per clock (CUDA C++ Programming Guide, compute capability 8.0 and 9.0) x SMs x
+    the SM clock: every GH100 SXM configuration at 1.98 GHz, the A100 at its 1.41 GHz boost clock."""
+    for name in (
+        "dgx-h100-80gb",
+        "dgx-h200",
+        "dgx-h800",
+        "gh200-96gb-quad",
+        "alps-gh200",
+        "hgx-h100-96gb-500w",
+    ):
+        acc = load_system(name).accelerator
+        assert acc.softmax_exp_rate == pytest.approx(16 * acc.sm_count * 1.98e9, rel=1e-3), name
+    for name in ("dgx-a100-80gb", "dgx-a100-40gb"):
+        acc = load_system(name).accelerator
+        assert acc.softmax_exp_rate == pytest.approx(16 * 108 * 1.41e9, rel=2e-3), name
+    # the Alps GPU, capped at 410 W, runs its exponentials at its sustained clock, slower than the uncapped quad
+    alps, quad = (load_system(n).accelerator for n in ("alps-gh200", "gh200-96gb-quad"))
+    assert alps.exp_rate() == pytest.approx(alps.softmax_exp_rate * alps.clock_fraction())
+    assert alps.exp_rate() < quad.exp_rate() == quad.softmax_exp_rate
