@@ -78,3 +78,45 @@ def test_an_explicit_bf16_on_v100_is_refused_by_the_cli(cli):
         "estimate", "-m", "gpt3-1.3b", "-s", "dgx-1-v100", "--gpus", "8", "--dtype", "bf16"
     )
     assert code == 2 and "plan.dtype: 'bf16' is not allowed" in err
+
+
+def test_fp8_recipe_rule_follows_transformer_engines_recipe_checks():
+    """MXFP8BlockScaling on compute capability 10.x only (data-centre Blackwell), NVFP4BlockScaling where the
+    part has FP4 tensor cores (Blackwell, both kinds); the per-tensor and 1x128 recipes wherever fp8 runs;
+    no recipe rule for a dtype that runs no fp8 recipe (specs.rules_precision, TE quantization.py)."""
+    from paraplan.catalog import load_framework
+    from paraplan.cost.frameworks import framework_system
+    from paraplan.specs.rules_precision import fp8_recipe_rule, fp8_recipe_supported
+
+    supported = {
+        name: {
+            r
+            for r in ("delayed", "current", "blockwise", "mxfp8", "nvfp4")
+            if fp8_recipe_supported(r, acc)
+        }
+        for name, acc in (
+            (s, load_system(s).accelerator) for s in ("dgx-h100-80gb", "dgx-b200", "rtx-5090-8")
+        )
+    }
+    assert supported == {
+        "dgx-h100-80gb": {"delayed", "current", "blockwise"},
+        "dgx-b200": {"delayed", "current", "blockwise", "mxfp8", "nvfp4"},
+        "rtx-5090-8": {
+            "delayed",
+            "current",
+            "blockwise",
+            "nvfp4",
+        },  # compute capability 12.0: no MXFP8 in TE
+    }
+    profile = load_framework("megatron-bridge-25.11-mxfp8")
+    h100 = framework_system(profile, load_system("dgx-h100-80gb")).accelerator
+    b300 = framework_system(profile, load_system("dgx-b300")).accelerator
+    assert h100.efficiency.runtime.fp8_recipe == "mxfp8"
+    rule = fp8_recipe_rule("fp8", h100)
+    assert "compute capability 10.x" in rule and rule.endswith(
+        "allowed there: delayed, current, blockwise"
+    )
+    assert fp8_recipe_rule("bf16", h100) is None and fp8_recipe_rule("fp8", b300) is None
+    # one check for estimate and search: the recipe's field after a dtype the part runs
+    assert [f for f, *_ in accelerator_rules(h100, "fp8", "flash")] == ["framework.fp8_recipe"]
+    assert [f for f, *_ in accelerator_rules(h100, "nvfp4", "flash")] == ["plan.dtype"]

@@ -85,6 +85,15 @@ def test_deepspeed_pipeline_engine_refuses_zero2_and_zero3():
     assert engine_zero_rule("deepspeed", 1, 4) is None
     assert engine_zero_rule("deepspeed", 3, 1) is None  # no pipeline, no PipelineEngine
     assert engine_zero_rule("megatron", 2, 4) is None
+    rule = engine_zero_rule("deepspeed", 3, 2)
+    assert "ZeRO-3" in rule and "pp=2" in rule and rule.endswith("allowed: zero 0 or 1 (or pp=1)")
+    # a uniform plan's pipeline runtime is its profile's (efficiency.runtime.pipeline_engine)
+    system = framework_system(load_framework("megatron-deepspeed"), load_system("dgx-h100-80gb"))
+    assert system.accelerator.efficiency.runtime.pipeline_engine == "deepspeed"
+    uniform = PlanSpec(gpus=8, pp=2, zero=2, global_batch=16, seq_length=2048)
+    with pytest.raises(InputError, match="plan.zero: 2 is not allowed; DeepSpeed's PipelineEngine"):
+        estimate(load_model("llama3-8b"), system, uniform)
+    estimate(load_model("llama3-8b"), load_system("dgx-h100-80gb"), uniform)  # Megatron-LM's engine
     plan = {
         "global_batch": 8,
         "seq_length": 1024,

@@ -286,6 +286,7 @@ def test_llm_foundry_runs_fsdp1():
             zero3_reduce_copy_bytes=22.0,
             zero2_reduce_per_microbatch=True,  # Composer enters no_sync only for DDP (step.tail.zero2_reduces)
             proj_quantised_copy=True,  # TE v0.10 te.Linear under DelayedScaling keeps its fp8 input copy
+            pipeline_engine="none",  # the profile's: no pipeline parallelism
         )
     )
     # FSDP2 copies out of and into its flat buffers on the compute stream; FSDP1 does not

@@ -250,6 +250,7 @@ def runtime_costs(framework: FrameworkSpec) -> RuntimeCosts:
         "fp8_recipe": "delayed" if framework.fp8_recipe == "none" else framework.fp8_recipe,
         "ub_fp8_pipeline": framework.tp_overlap_fp8_reduce_scatter == "pipeline",
         "p2p_overlap": framework.overlap_p2p_comm and framework.pipeline_engine == "megatron",
+        "pipeline_engine": framework.pipeline_engine,
     }
     reduce = fsdp_reduce_bytes(framework.grad_dtype, framework.grad_reduce_dtype)
     if framework.fsdp_runtime == "fsdp2":

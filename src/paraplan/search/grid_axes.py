@@ -18,6 +18,7 @@ from paraplan.specs.moe_model import moe_shaped
 from paraplan.specs.plan import Schedule
 from paraplan.specs.rules import (
     dualpipe_rule,
+    engine_zero_rule,
     interleave_batch_rule,
     interleave_split_rule,
     offload_rule,
@@ -170,15 +171,18 @@ class GridAxes:
 
     def state_options(self, dp_size: int, pp: int = 1) -> list[StateOption]:
         """(zero, overlap_dp_grad_reduce, overlap_param_gather) options for a data × context group at
-        pipeline depth ``pp``, those the framework launches (search.launch.state_allowed)."""
+        pipeline depth ``pp``, those the stack's pipeline runtime takes at that depth (specs.rules.engine_zero_rule,
+        the estimator's rule) and the framework launches (search.launch.state_allowed)."""
         if dp_size == 1:
             return [StateOption(0, True, True)]
         tp = max(self.gpus // (pp * dp_size), 1)  # DeepSpeed's (cp = 1) tensor-parallel size
         fp8_primary = self.dtype == "fp8" and not self.runtime.fp8_weight_copies
+        engine = self.system.accelerator.efficiency.runtime.pipeline_engine
         return [
             o
             for o in self._state_options(dp_size)
-            if launch.state_allowed(
+            if not engine_zero_rule(engine, o.zero, pp)
+            and launch.state_allowed(
                 self.framework,
                 o.zero,
                 o.overlap_dp_grad_reduce,

@@ -49,6 +49,7 @@ from functools import lru_cache
 from paraplan.specs.recompute import MODES, OP_SAC, offered_modes, stage_mode
 from paraplan.specs.rules import (
     deepspeed_cp_rule,
+    engine_zero_rule,
     megatron_fsdp_rule,
     megatron_overlap_rule,
     model_parts_rule,
@@ -274,7 +275,7 @@ def state_allowed(
         return not (megatron_fsdp_rule(zero, pp) or megatron_overlap_rule(zero, reduce, gather))
     if name == TORCHTITAN:
         return reduce and gather
-    if pp > 1 and zero >= 2 or tp > 1 and zero == 3:  # pipe/engine.py:77, engine.py:426
+    if engine_zero_rule(DEEPSPEED, zero, pp) or tp > 1 and zero == 3:  # engine.py:426
         return False
     return zero == 0 or reduce == gather
 

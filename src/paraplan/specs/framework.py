@@ -16,7 +16,7 @@ from pydantic import Field
 
 from paraplan.specs.choices import Attention, AttentionKernel
 from paraplan.specs.plan import PlanSpec, RuntimeFields
-from paraplan.specs.runtime import FP8Recipe, StackRuntimeFields
+from paraplan.specs.runtime import FP8Recipe, PipelineEngine, StackRuntimeFields
 from paraplan.specs.system import Bytes, EagerFields, HostFields
 
 
@@ -54,7 +54,7 @@ class FrameworkSpec(RuntimeFields, HostFields, EagerFields, StackRuntimeFields):
         description="pipeline send/recv overlapped with compute by Megatron's interleaved schedule "
         "(step.p2p.overlapped_p2p_exposed_s; off without interleaving, as Megatron-LM turns it off)",
     )
-    pipeline_engine: Literal["megatron", "deepspeed", "torch", "none"] = Field(
+    pipeline_engine: PipelineEngine = Field(
         "megatron",
         description="the pipeline runtime the stack uses with pp > 1: deepspeed's separate blocking transfers "
         "are priced on uniform plans (cost.runtimes); a per-stage plan names its runtime in plan.engine "

@@ -6,7 +6,10 @@ bf16 / FlashAttention on V100, T4), each written once: the rest of the rule set 
 
 from __future__ import annotations
 
+from typing import get_args
+
 from paraplan.specs.rules import Rule
+from paraplan.specs.runtime import FP8Recipe
 from paraplan.specs.system import FP4, FP4_PARTS, AcceleratorSpec
 
 
@@ -31,12 +34,56 @@ def dtype_rule(dtype: str, accelerator: AcceleratorSpec) -> str | None:
     return None
 
 
+# Transformer Engine's recipe checks (NVIDIA/TransformerEngine transformer_engine/pytorch/quantization.py
+# _compute_mxfp8_support / _compute_nvfp4_support at d0067d0d, 2026-08; the same in fp8.py check_mxfp8_support /
+# check_nvfp4_support at v2.8), which fp8_autocast runs before training (check_recipe_support): MXFP8BlockScaling
+# needs compute capability 10.x ("Device compute capability 10.0 or higher required for MXFP8 execution"; 12.0+
+# refused: "MXFP8 (for all gemm layouts) is not supported on 12.0+ architectures yet"), NVFP4BlockScaling 10.0 or
+# higher. Compute capability 10.x is the data-centre Blackwell (B200 / GB200 10.0, B300 / GB300 10.3), the
+# accelerator's architecture "blackwell"; the GeForce / RTX PRO Blackwell parts are 12.0 ("blackwell-rtx").
+# NVFP4 needs the FP4 tensor cores dtype_rule asks for (matrix_flops states nvfp4: Blackwell, both kinds).
+MXFP8_ARCHITECTURES = ("blackwell",)
+
+
+def fp8_recipe_supported(recipe: str, accelerator: AcceleratorSpec) -> bool:
+    """Does Transformer Engine run the fp8 ``recipe`` on this accelerator (block comment above)? mxfp8 on
+    the MXFP8_ARCHITECTURES, nvfp4 where dtype_rule takes nvfp4; delayed, current and blockwise wherever
+    fp8 runs (dtype_rule's fp8 entry)."""
+    if recipe == "mxfp8":
+        return accelerator.architecture in MXFP8_ARCHITECTURES
+    if recipe == "nvfp4":
+        return dtype_rule("nvfp4", accelerator) is None
+    return True
+
+
+def fp8_recipe_rule(dtype: str, accelerator: AcceleratorSpec) -> str | None:
+    """An fp8 plan runs the stack's fp8 recipe (efficiency.runtime.fp8_recipe, the framework profile's
+    fp8_recipe): the accelerator must run it (fp8_recipe_supported). Other dtypes run no fp8 recipe
+    (cost.quantisation.run_recipe)."""
+    recipe = accelerator.efficiency.runtime.fp8_recipe
+    if dtype != "fp8" or fp8_recipe_supported(recipe, accelerator):
+        return None
+    allowed = ", ".join(r for r in get_args(FP8Recipe) if fp8_recipe_supported(r, accelerator))
+    needs = (
+        "compute capability 10.x (data-centre Blackwell, architecture blackwell)"
+        if recipe == "mxfp8"
+        else f"FP4 tensor cores ({FP4_PARTS[recipe]})"
+    )
+    arch = accelerator.architecture or "architecture not stated"
+    return (
+        f"Transformer Engine runs the {recipe} recipe on {needs} only, not on {accelerator.name} "
+        f"({arch}); allowed there: {allowed}"
+    )
+
+
 def accelerator_rules(accelerator, dtype: str, attention: str) -> list[Rule]:
-    """The plan's dtype (dtype_rule) and attention kernel (precision_rules) on this accelerator: the
-    one check estimate and search both ask."""
+    """The plan's dtype (dtype_rule), the stack's fp8 recipe (fp8_recipe_rule) and attention kernel
+    (precision_rules) on this accelerator: the one check estimate and search both ask."""
     out: list[Rule] = []
     if rule := dtype_rule(dtype, accelerator):
         out.append(("plan.dtype", dtype, rule))
+    elif rule := fp8_recipe_rule(dtype, accelerator):
+        out.append(("framework.fp8_recipe", accelerator.efficiency.runtime.fp8_recipe, rule))
     if rule := host_link_rule(accelerator):
         out.append(("accelerator.host_bandwidth", accelerator.host_bandwidth, rule))
     return out + precision_rules(accelerator, attention)

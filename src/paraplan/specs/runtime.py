@@ -19,6 +19,8 @@ from paraplan.specs.strict import InputModel
 FP8Recipe = Literal["delayed", "current", "blockwise", "mxfp8", "nvfp4"]
 # the grouped expert-GEMM implementations a stack runs (cost.compute.GROUPED_GEMM_IMPLEMENTATIONS prices each)
 GroupedGemm = Literal["te-multistream", "cutlass-grouped", "torch-grouped-mm", "deepgemm"]
+# the pipeline runtimes a stack runs with pp > 1 (FrameworkSpec.pipeline_engine, RuntimeCosts.pipeline_engine)
+PipelineEngine = Literal["megatron", "deepspeed", "torch", "none"]
 
 
 class StackRuntimeFields(InputModel):
@@ -197,6 +199,11 @@ class StackRuntimeFields(InputModel):
 class RuntimeCosts(StackRuntimeFields):
     """Per-element traffic and transfer counts of one stack's runtime (cost.runtimes documents each)."""
 
+    pipeline_engine: PipelineEngine = Field(
+        "megatron",
+        description="the pipeline runtime of a uniform plan with pp > 1 (the profile's pipeline_engine), whose "
+        "rules the plan keeps: DeepSpeed's PipelineEngine refuses ZeRO-2/3 (specs.rules.engine_zero_rule)",
+    )
     p2p_transfers_per_exchange: float = Field(
         1.0,
         ge=1.0,

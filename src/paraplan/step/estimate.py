@@ -30,7 +30,12 @@ from paraplan.specs.plan import (
     plan_violations,
 )
 from paraplan.specs.recompute import modules_of
-from paraplan.specs.rules import host_capacity_bytes, offload_rule, uniform_model_violations
+from paraplan.specs.rules import (
+    engine_zero_rule,
+    host_capacity_bytes,
+    offload_rule,
+    uniform_model_violations,
+)
 from paraplan.specs.rules_precision import accelerator_rules
 from paraplan.specs.system import SystemSpec
 from paraplan.step.build import (
@@ -111,10 +116,14 @@ def recompute_modules(plan: PlanSpec) -> tuple[str, ...]:
 
 
 def _system_violations(plan: PlanSpec, system: SystemSpec) -> list[Violation]:
-    """The plan's rules on this system: dtype and attention kernel (specs.rules_precision.accelerator_rules),
-    offloading over a declared host link into declared host memory (specs.rules.offload_rule)."""
+    """The plan's rules on this system: dtype, fp8 recipe and attention kernel
+    (specs.rules_precision.accelerator_rules), the ZeRO stages its pipeline runtime takes at its depth
+    (specs.rules.engine_zero_rule, efficiency.runtime.pipeline_engine: the framework profile's), offloading
+    over a declared host link into declared host memory (specs.rules.offload_rule)."""
     acc = system.accelerator
     out = [Violation(*rule) for rule in accelerator_rules(acc, plan.dtype, plan.attention)]
+    if rule := engine_zero_rule(acc.efficiency.runtime.pipeline_engine, plan.zero, plan.pp):
+        out.append(Violation("plan.zero", plan.zero, rule))
     offloads = plan.offload_weights or plan.offload_activations or plan.offload_optimizer
     if rule := offload_rule(offloads, acc.host_bandwidth, acc.host_memory, system.name):
         out.append(Violation("plan.offload", True, rule))

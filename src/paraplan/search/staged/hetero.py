@@ -34,6 +34,7 @@ from paraplan.search.staged.alleviate import recompute_label
 from paraplan.search.staged.pool_orders import pool_order_count, pool_orders
 from paraplan.search.staged.problem import (  # noqa: F401  (the problem's names, read from here too)
     HeteroProblem,
+    depth_allowed,
     launchable,
     profile_fields,
     searched_modes,
@@ -179,7 +180,9 @@ class UniformDegrees(NamedTuple):
 def _degrees(problem: HeteroProblem) -> Iterator[UniformDegrees]:
     """Degrees with tp·dp·pp = all GPUs, tp a power of two inside a node that divides them
     (specs.rules.stage_degree_rule, the stages' rule: each stage of a uniform split holds a share of the
-    GPUs that tp divides too) and keeps the tp rules (specs.rules.tp_rules), and the micro-batch sizes that split the batch (specs.rules.batch_rule)."""
+    GPUs that tp divides too) and keeps the tp rules (specs.rules.tp_rules), pp a depth the pipeline
+    runtime takes the ZeRO stage at (depth_allowed), and the micro-batch sizes that split the batch
+    (specs.rules.batch_rule)."""
     cluster, model, batch = problem.cluster, problem.model, problem.global_batch
     gpus = cluster.gpus
     node_min = min(p.gpus_per_node for p in cluster.pools)
@@ -193,6 +196,8 @@ def _degrees(problem: HeteroProblem) -> Iterator[UniformDegrees]:
             continue
         for pp in range(1, min(gpus // tp, n_blocks) + 1):
             if (gpus // tp) % pp or (problem.pps and pp not in problem.pps):
+                continue
+            if not depth_allowed(problem, pp):
                 continue
             dims = ParallelDims(tp=tp, dp=gpus // tp // pp, pp=pp)
             if batch_rule(batch, dims.dp, 1):

@@ -43,7 +43,7 @@ from paraplan.search.staged.hetero import (
     _stage_ok,
     search_cluster,
 )
-from paraplan.search.staged.problem import launchable, searched_modes
+from paraplan.search.staged.problem import depth_allowed, launchable, searched_modes
 from paraplan.search.staged.splits import best_splits, split_launchable
 from paraplan.search.staged.uniform_seed import uniform_seeds
 from paraplan.specs.errors import InputError
@@ -128,14 +128,17 @@ def non_uniform_space_size(
 
     Each factor 1/(1 − x^(2^j)) is a strided prefix sum, so one more stage costs O(N·log₂N) additions
     (exact integers) instead of the C(N−1, p−1) compositions a loop over them visits. With a launcher
-    that runs equal stages only (_stage_choices): size = M · Σ_{p ≤ max_stages, p | N} w(N/p)."""
+    that runs equal stages only (_stage_choices): size = M · Σ_{p ≤ max_stages, p | N} w(N/p). Either sum
+    counts only the depths p the pipeline runtime takes the ZeRO stage at (problem.depth_allowed)."""
     n, modes = problem.cluster.gpus, len(searched_modes(problem))
     if launch.restricted(problem.framework):
-        equal = [n // p for p in range(1, max_stages + 1) if n % p == 0]
+        equal = [
+            n // p for p in range(1, max_stages + 1) if n % p == 0 and depth_allowed(problem, p)
+        ]
         return sum(modes * len(_stage_tps(g)) for g in equal) * len(microbatch_counts)
     ways = [1] + [0] * n  # ways[s]: weighted lists of p stages on s GPUs; p = 0 to start
     total = 0
-    for _ in range(max_stages):
+    for p in range(1, max_stages + 1):
         nxt = [0] * (n + 1)
         step = 1
         while step <= n:
@@ -146,7 +149,7 @@ def non_uniform_space_size(
                 nxt[s] += strided[s - step]
             step *= 2
         ways = [modes * x for x in nxt]
-        total += ways[n]
+        total += ways[n] if depth_allowed(problem, p) else 0
     return total * len(microbatch_counts)
 
 
@@ -196,7 +199,7 @@ def _exact(
     seeds = [s.candidate for s in _seed_starts(problem, deadline)] if seeded else []
     candidates = []
     modes = searched_modes(problem)
-    for pp in range(1, max_stages + 1):
+    for pp in filter(lambda pp: depth_allowed(problem, pp), range(1, max_stages + 1)):
         for comp, choice in _stage_choices(problem, pp, modes):
             configs = [StageConfig(0, g, t, *stage_fields(rc)) for g, (t, rc) in zip(comp, choice)]
             for m in counts:
@@ -266,7 +269,7 @@ def _priced(problem: HeteroProblem, configs, m: int):
     _stage_settings_from) or one of an interleaved plan's chunks (the estimator's stage_plan_violations:
     an interleaved seed's moves may)."""
     bounds = _bounds(configs)
-    if not split_launchable(problem, bounds):
+    if not (depth_allowed(problem, len(configs)) and split_launchable(problem, bounds)):
         return None
     settings = _stage_settings_from(problem, configs, m)
     if settings is None:

@@ -14,7 +14,7 @@ from paraplan.specs.errors import InputError, Violation
 from paraplan.specs.framework import FrameworkSpec
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.plan import RUNTIME_FIELDS, RuntimeFields, runtime_of
-from paraplan.specs.rules import per_stage_model_rule
+from paraplan.specs.rules import engine_zero_rule, per_stage_model_rule
 from paraplan.specs.rules_precision import accelerators_rules, cluster_default_precision
 from paraplan.step.per_stage import Common, StageSetting, common_of
 
@@ -108,6 +108,13 @@ def under_profile(
     profile's (``--attention`` stated): the one reading of the command and the Python API."""
     cluster_spec, stated = profile_fields(profile, cluster_spec)
     return cluster_spec, given | stated | {"attention": given.get("attention", stated["attention"])}
+
+
+def depth_allowed(problem: HeteroProblem, pp: int) -> bool:
+    """Does the problem's pipeline runtime take its ZeRO stage at ``pp`` stages (specs.rules.engine_zero_rule,
+    the per-stage plan's check: DeepSpeed's PipelineEngine refuses ZeRO-2/3 with pp > 1)? The pipeline
+    depths both per-stage searches list (search.staged.hetero, search.staged.non_uniform)."""
+    return engine_zero_rule(problem.engine, problem.zero, pp) is None
 
 
 def launchable(problem: HeteroProblem, settings: list[StageSetting]) -> bool:
