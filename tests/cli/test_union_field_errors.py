@@ -1,7 +1,8 @@
 """A union-typed field (``cuda_graph_scope``: a word or a list of Megatron-Core region names) given a value no
 branch takes is one line naming the field, the value and every branch's allowed values, derived from the type
 (specs.errors.union_allowed), not pydantic's per-branch report with its ``literal[...]`` / ``tuple[...]`` loc
-parts; from a framework profile, a system file, and the specs directly."""
+parts; from a framework profile, a system file, the specs directly, and the goodput inputs' checkpoint.interval
+(a choice or a number)."""
 
 from __future__ import annotations
 
@@ -63,8 +64,33 @@ def test_allowed_values_come_from_the_type():
     assert ALLOWED == f"allowed: {words}, or a list of {regions}"
     assert (
         union_allowed(Literal["a", "b"] | tuple[Literal["c"], ...] | int)
-        == "a, b, a list of c, or int"
+        == "a, b, a list of c, or a whole number"
     )
+    # a union with a member of no words (a model): pydantic's own branch errors say more
+    assert union_allowed(str | FrameworkSpec) is None
+
+
+def test_a_goodput_choice_or_number_no_branch_takes_is_one_line(cli):
+    """checkpoint.interval (optimal, daly, young or seconds): one line, and every refused field named."""
+    goodput = ("--tokens", "1T", "--goodput", "--goodput-set")
+    code, _, err = cli(*ESTIMATE, "-s", "dgx-b200", *goodput, "checkpoint.interval=x")
+    assert code == 2
+    assert _one_line(err) == (
+        "error: --goodput-set.checkpoint.interval: 'x' is not allowed; allowed: optimal, daly, young, "
+        "or a number"
+    )
+    code, _, err = cli(
+        *ESTIMATE,
+        "-s",
+        "dgx-b200",
+        *goodput,
+        "checkpoint.mode=x",
+        "--goodput-set",
+        "restart.detect_s=-1",
+    )
+    assert code == 2
+    assert "--goodput-set.checkpoint.mode: 'x' is not allowed" in _one_line(err)
+    assert "--goodput-set.restart.detect_s: -1 is not allowed" in err
 
 
 def test_a_valid_scope_and_a_non_union_error_are_unchanged():

@@ -103,14 +103,17 @@ def _members(tp) -> tuple:
 def _union_at(schema, loc: tuple) -> tuple[int, object] | None:
     """(where in ``loc`` pydantic names a union's branch, the union) along ``loc`` from the model
     ``schema`` through model fields, mapping values and sequence items; None where ``loc`` meets no
-    union before its end (an error of the union's own validator names the field alone)."""
+    union before its end (an error of the union's own validator names the field alone) or the union has
+    no words (union_allowed)."""
     tp = schema
     for depth, part in enumerate(loc):
         while get_origin(tp) is Annotated:
             tp = get_args(tp)[0]
         members = _members(tp)
-        if len(members) > 1:
-            return depth, tp
+        if (
+            len(members) > 1
+        ):  # a union in words, or pydantic's own branch errors (a union of models)
+            return (depth, tp) if union_allowed(tp) is not None else None
         tp = members[0]
         fields = getattr(tp, "model_fields", None)
         if isinstance(fields, dict):
@@ -129,26 +132,28 @@ def _union_at(schema, loc: tuple) -> tuple[int, object] | None:
     return None
 
 
-def union_allowed(union) -> str:
-    """What a union annotation allows, in words: a Literal's values, ``a list of`` a sequence of a
-    Literal's values, other types by name (``none, attention, layer, full_iteration, or a list of attn,
-    mlp, moe, moe_router, moe_preprocess``)."""
-    parts = []
-    for member in _members(union):
-        while get_origin(member) is Annotated:
-            member = get_args(member)[0]
-        if get_origin(member) is Literal:
-            parts.append(", ".join(map(str, get_args(member))))
-        elif get_origin(member) in (tuple, list, Sequence) and get_args(member):
-            item = get_args(member)[0]
-            words = (
-                get_args(item)
-                if get_origin(item) is Literal
-                else (getattr(item, "__name__", item),)
-            )
-            parts.append("a list of " + ", ".join(map(str, words)))
-        else:
-            parts.append(str(getattr(member, "__name__", member)))
+_SCALARS = {float: "a number", int: "a whole number", str: "a text", bool: "true or false"}
+
+
+def _member_words(member) -> str | None:
+    """A union member in words: a Literal's values, ``a list of`` a sequence of a Literal's values, a bare
+    scalar type (_SCALARS); None for anything else (a model, a constrained number), whose own errors say
+    more than its name would."""
+    if get_origin(member) is Literal:
+        return ", ".join(map(str, get_args(member)))
+    if get_origin(member) in (tuple, list, Sequence) and get_args(member):
+        item = get_args(member)[0]
+        if get_origin(item) is Literal:
+            return "a list of " + ", ".join(map(str, get_args(item)))
+    return _SCALARS.get(member) if isinstance(member, type) else None
+
+
+def union_allowed(union) -> str | None:
+    """What a union annotation allows, in words (``none, attention, layer, full_iteration, or a list of
+    attn, mlp, moe, moe_router, moe_preprocess``); None where a member has no words (_member_words)."""
+    parts = [_member_words(member) for member in _members(union)]
+    if None in parts:
+        return None
     return ", ".join(parts[:-1]) + ", or " + parts[-1] if len(parts) > 1 else parts[0]
 
 
