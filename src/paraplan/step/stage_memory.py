@@ -18,11 +18,11 @@ from paraplan.step.inputs import (
     max_blocks,
     shard_ways,
     stage_params,
-    zero3_prefetch_depths,
     sum_blocks,
     transformer_layers,
     transformer_params,
     zero3_pp_keeps,
+    zero3_prefetch_depths,
 )
 from paraplan.step.offload import offloaded_activation_share
 from paraplan.step.schedules import SCHEDULES, in_flight_microbatches, weight_copies
