@@ -70,6 +70,7 @@ GROUPS = {
     "zero": "zero",
     "zero3_max_live_params": "zero",
     "zero3_prefetch_layers": "zero",
+    "zero3_backward_prefetch_layers": "zero",
     "zero3_gather_unit": "zero",
     "zero3_reduce_unit": "zero",
     "zero3_regather_recompute": "zero",

@@ -75,3 +75,42 @@ def test_api_search_takes_run_wide_knobs_by_name():
     assert problem.runtime == RuntimeFields(grad_dtype="bf16", cp_algorithm="all-to-all")
     with pytest.raises(InputError, match="grad_dtype"):
         search_problem(*args, seq_length=4096, global_batch=16, grad_dtype="fp16")
+
+
+@pytest.mark.xdist_group("runtime-fields")
+def test_backward_prefetch_depth_reaches_the_search():
+    """zero3_backward_prefetch_layers 0 (hf-transformers-fsdp's FSDP1 NO_PREFETCH) through the search's step
+    path: the fast search equals the exhaustive one, its plans carry the depth, their step times are the
+    estimate's of the same plan to the bit, and no ZeRO-3 plan is faster than at the forward's depth."""
+    from paraplan.step.estimate import estimate
+
+    model, system = load_model("llama3-8b"), load_system("dgx-h100-80gb")
+
+    def problem(runtime: RuntimeFields) -> SearchProblem:
+        return SearchProblem(
+            model=model,
+            system=system,
+            gpus=16,
+            seq_length=4096,
+            global_batch=32,
+            tp=(1, 2),
+            cp=(1,),
+            micro_batch=(1, 2),
+            recompute=("none", "full"),
+            zero=(3,),
+            vary_offload=False,
+            vary_placement=False,
+            vary_overlap=False,
+            runtime=runtime,
+        )
+
+    none = problem(RuntimeFields(zero3_backward_prefetch_layers=0))
+    fast, slow = search(none, top_k=5), exhaustive_search(none, top_k=5)
+    assert [p.plan for p in fast.plans] == [p.plan for p in slow.plans] and fast.plans
+    for p in fast.plans:
+        assert p.plan.zero3_backward_prefetch_layers == 0
+        assert p.estimate.step_time_s == estimate(model, system, p.plan).step_time_s
+    ahead = search(problem(RuntimeFields()), top_k=1).plans[0]
+    assert fast.plans[0].estimate.step_time_s > ahead.estimate.step_time_s
+    fsdp = framework_search_fields(load_framework("hf-transformers-fsdp"))["runtime"]
+    assert fsdp.zero3_backward_prefetch_layers == 0 and fsdp.zero3_prefetch_layers == 1

@@ -205,6 +205,14 @@ def estimate(
         min=0,
         max=8,
     ) = 1,
+    zero3_backward_prefetch_layers: optional(
+        int,
+        "--zero3-backward-prefetch-layers",
+        help="ZeRO-3/FSDP: layers gathered ahead in the backward (0: none, FSDP1 backward_prefetch "
+        "None); default: as --zero3-prefetch-layers",
+        min=0,
+        max=8,
+    ) = None,
     zero3_gather_unit: given(
         Zero3GatherUnit,
         "--zero3-gather-unit",

@@ -15,7 +15,8 @@ from paraplan.specs.errors import InputError
 PLAN_FIELDS = (
     "gpus tp pp cp vpp micro_batch global_batch seq_length recompute recompute_num_layers"
     " sequence_parallel zero dtype grad_dtype fp8_weight_copies zero3_max_live_params"
-    " zero3_prefetch_layers zero3_gather_unit zero3_reduce_unit zero3_regather_recompute"
+    " zero3_prefetch_layers zero3_backward_prefetch_layers zero3_gather_unit zero3_reduce_unit"
+    " zero3_regather_recompute"
     " cp_algorithm schedule attention offload_weights offload_activations offload_activation_layers"
     " offload_optimizer overlap_tp_comm overlap_dp_grad_reduce overlap_param_gather placement"
     " stage_layers layers_first_stage layers_last_stage embedding_as_layer loss_as_layer ep etp"

@@ -111,6 +111,7 @@ def canonical_plan(plan: PlanSpec) -> dict[str, Any]:
     if d["zero"] < 3:  # nothing gathered per layer: no prefetch depth, no cap on live parameters
         for name in (
             "zero3_prefetch_layers",
+            "zero3_backward_prefetch_layers",
             "zero3_max_live_params",
             "zero3_gather_unit",
             "zero3_reduce_unit",

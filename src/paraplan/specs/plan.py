@@ -87,6 +87,14 @@ class RuntimeFields(InputModel):
         description="ZeRO-3/FSDP: layers whose weights are gathered ahead of use when the parameter "
         "gather overlaps (0: each gather waits for its layer; FSDP2 and DeepSpeed prefetch one)",
     )
+    zero3_backward_prefetch_layers: int | None = Field(
+        None,
+        ge=0,
+        le=8,
+        description="ZeRO-3/FSDP: layers gathered ahead of use in the backward when the gather overlaps "
+        "(0: each backward gather waits for its layer, FSDP1's backward_prefetch None); None: the forward's "
+        "depth (zero3_prefetch_layers)",
+    )
     zero3_gather_unit: Zero3GatherUnit = Field(
         "layer",
         description="ZeRO-3: one all-gather per layer (FSDP units, DeepSpeed >= 0.5.5) or one per weight "

@@ -21,7 +21,7 @@ _RUNTIME_DEFAULTS = RuntimeFields()
 def system_terms(system: SystemSpec, dtype: str, runtime=None) -> dict:
     """StepInputs fields set by the system, the datatype and the run-wide knobs of ``runtime`` (a PlanSpec or
     a RuntimeFields such as SearchProblem.runtime: specs.plan.RUNTIME_FIELDS; None: their defaults): gradient
-    dtype, TE's fp8 weight copies, ZeRO-3 prefetch depth, gather and reduce units and cap on resident gathered
+    dtype, TE's fp8 weight copies, ZeRO-3 prefetch depths (forward, backward), gather and reduce units and cap on resident gathered
     parameters (None: no cap)."""
     knobs = runtime if runtime is not None else _RUNTIME_DEFAULTS
     acc = system.accelerator
@@ -38,6 +38,7 @@ def system_terms(system: SystemSpec, dtype: str, runtime=None) -> dict:
         reserved_bytes=acc.reserved_memory,
         zero3_live_params=math.inf if cap is None else float(cap),
         zero3_prefetch_layers=float(knobs.zero3_prefetch_layers),
+        zero3_backward_prefetch_layers=_float_or_none(knobs.zero3_backward_prefetch_layers),
         zero3_tensor_gathers=1.0 if knobs.zero3_gather_unit == "tensor" else 0.0,
         zero3_tensor_reduces=1.0 if knobs.zero3_reduce_unit == "tensor" else 0.0,
         zero3_regather=1.0 if knobs.zero3_regather_recompute else 0.0,
@@ -50,6 +51,11 @@ def system_terms(system: SystemSpec, dtype: str, runtime=None) -> dict:
         pair_compute_share=system_pair_share(system),
         **runtime_terms(acc.efficiency.runtime, dtype),
     )
+
+
+def _float_or_none(value) -> float | None:
+    """``value`` as a float, None kept (a run-wide knob whose None defers to another)."""
+    return None if value is None else float(value)
 
 
 def system_pair_share(system: SystemSpec) -> float:

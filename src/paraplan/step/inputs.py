@@ -99,6 +99,8 @@ class StepInputs:
     zero3_prefetch_layers: Num = (
         1.0  # blocks whose ZeRO-3 weights are gathered ahead (FSDP2 / DeepSpeed: 1)
     )
+    # blocks gathered ahead in the backward (FSDP1's backward_prefetch None: 0); None: the forward's depth
+    zero3_backward_prefetch_layers: Num | None = None
     fp8_copy_bytes: Num = (
         0.0  # per transformer-layer parameter (cost.memory.fp8_weight_copy_bytes_per_param)
     )
@@ -188,6 +190,16 @@ def zero3_pp_keeps(inp: StepInputs) -> Num:
     the gathered layers (step.stage_memory.zero3_gathered_bytes), the unsharded gradients
     (stage_memory.gradient_bytes_per_param) and the once-per-step collectives (step.tail.zero3_pp_once_s)."""
     return (inp.pp > 1) & (inp.zero3_pp_keeps_layers > 0)
+
+
+def zero3_prefetch_depths(inp: StepInputs) -> tuple[Num, Num]:
+    """(forward, backward) ZeRO-3 prefetch depths of ``inp``, in blocks gathered ahead: ``zero3_prefetch_layers``
+    and ``zero3_backward_prefetch_layers``, the forward's where the backward states none (None, every profile
+    but one: specs.plan.RuntimeFields). The one reading of the backward's default, for the exposure
+    (step.tail) and the gathered weights resident (step.stage_memory.zero3_gathered_bytes)."""
+    backward = inp.zero3_backward_prefetch_layers
+    forward = inp.zero3_prefetch_layers
+    return forward, (forward if backward is None else backward)
 
 
 def transformer_params(stage: Stage) -> Num:

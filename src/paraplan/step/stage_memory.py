@@ -22,6 +22,7 @@ from paraplan.step.inputs import (
     transformer_layers,
     transformer_params,
     zero3_pp_keeps,
+    zero3_prefetch_depths,
 )
 from paraplan.step.offload import offloaded_activation_share
 from paraplan.step.schedules import SCHEDULES, in_flight_microbatches, weight_copies
@@ -243,9 +244,9 @@ def ddp_buckets(inp: StepInputs) -> Num:
 
 
 def zero3_gathered_bytes(inp: StepInputs, stage: Stage) -> Num:
-    """Gathered ZeRO-3 weights resident at once: the layer computing plus the d layers of the prefetch
-    depth (FSDP gathers whole wrapped layers and prefetches the next: Zhao et al. 2023, PyTorch FSDP,
-    VLDB), or under a runtime cap on live parameters (DeepSpeed stage3_max_live_parameters) that cap, but
+    """Gathered ZeRO-3 weights resident at once: the layer computing plus the d layers of the deeper of
+    the two prefetch depths, d = max(forward, backward) (step.inputs.zero3_prefetch_depths; FSDP gathers
+    whole wrapped layers and prefetches the next: Zhao et al. 2023, PyTorch FSDP, VLDB), or under a runtime cap on live parameters (DeepSpeed stage3_max_live_parameters) that cap, but
     never less than the block's largest weight tensor, which must be whole to run:
     min((1 + d)·layer, max(cap, largest tensor)) × the gathered copy's bytes per parameter
     (StepInputs.gathered_weight_bytes). The buffer is counted whether or not the
@@ -256,7 +257,7 @@ def zero3_gathered_bytes(inp: StepInputs, stage: Stage) -> Num:
     the stage's transformer-layer parameters at the end of the warm-up forwards. Plus, where the runtime keeps
     its root gathered (``zero3_root_held``), the stage's blocks outside the transformer layers
     (``zero3_root_bytes``)."""
-    layer = (1.0 + inp.zero3_prefetch_layers) * max_blocks(
+    layer = (1.0 + maximum(*zero3_prefetch_depths(inp))) * max_blocks(
         stage, lambda b: b.params, TRANSFORMER_KINDS
     )
     largest = max_blocks(stage, lambda b: b.largest_weight_params, TRANSFORMER_KINDS)

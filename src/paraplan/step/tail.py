@@ -30,6 +30,7 @@ from paraplan.step.inputs import (
     stage_params,
     sum_blocks,
     zero3_pp_keeps,
+    zero3_prefetch_depths,
 )
 from paraplan.step.schedules import by_schedule
 
@@ -409,7 +410,8 @@ def _zero3_exposure_s(
 ) -> Num:
     """ZeRO-3's exposed traffic per step: m × the per-micro-batch exposure of the block-wise gathers
     and reduce-scatters (step.zero3_legacy.zero3_exposure_s, prefetching ``zero3_prefetch_layers``
-    blocks when param-gather overlap is on), or under pipeline parallelism where the runtime keeps the stage's
+    blocks in the forward and ``zero3_backward_prefetch_layers`` in the backward, step.inputs.zero3_prefetch_depths,
+    when param-gather overlap is on), or under pipeline parallelism where the runtime keeps the stage's
     layers gathered (``zero3_pp_keeps_layers``) those collectives once per step (``zero3_pp_once_s``), plus the
     persistent tensors' gather and m × the runtime's copies on the compute stream (cost.runtimes: FSDP2's
     copy-out and reduce-scatter copy-in; under PP they stand for the per-micro-batch cast and sum into the fp32
@@ -420,11 +422,13 @@ def _zero3_exposure_s(
     time, price = traffic.time, traffic.price
     g, r = time["layer_gather"], time["layer_reduce"]
     forward_window, backward_window = windows
-    depth = inp.zero3_prefetch_layers * where(inp.knobs.overlap_param_gather, 1.0, 0.0)
+    on = where(inp.knobs.overlap_param_gather, 1.0, 0.0)
+    forward_depth, backward_depth = zero3_prefetch_depths(inp)
+    depth = forward_depth * on
     per_microbatch = legacy.zero3_exposure_s(
         calls,
         per_call,
-        depth,
+        (depth, backward_depth * on),
         (g, price["layer_gather"]),
         (r, price["layer_reduce"]),
         traffic.forward_delta,

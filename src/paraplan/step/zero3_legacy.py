@@ -173,7 +173,7 @@ def persistent_gather_s(
 def zero3_exposure_s(
     calls: Num,
     per_call: Num,
-    depth: Num,
+    depths: tuple[Num, Num],
     gather: tuple,
     reduce: tuple,
     forward_delta: tuple | None,
@@ -182,23 +182,29 @@ def zero3_exposure_s(
     backward_window: Num,
 ) -> Num:
     """Exposed ZeRO-3 traffic of one micro-batch: ``calls`` block gathers in forward and in backward and block
-    reduce-scatters, each direction's against its window (cost.overlap.prefetched_gather_exposed_s, prefetch depth
-    ``depth``), plus what is hidden at its price. ``gather`` and ``reduce`` are one block's (time, price); the
+    reduce-scatters, each direction's against its window at its own prefetch depth (``depths``: forward, backward;
+    cost.overlap.prefetched_gather_exposed_s): exposed = gathers(g_f, forward/L, L, d_f) + gathers(g + r,
+    backward/L, L, d_b), so at d_b = 0 (FSDP1's backward_prefetch None: the next all-gather is issued only when
+    the block's backward needs it, behind the reduce-scatter on the one NCCL stream) every backward gather and
+    reduce-scatter waits, L·(g + r), plus what is hidden at its price. ``gather`` and ``reduce`` are one block's (time, price); the
     forward's gathers may cost ``forward_delta`` more (persistent re-gathers), and the recompute's gathers
     (``regather``, for the whole stage) sit in the backward window, per block on average."""
     (g, g_price), (r, r_price) = gather, reduce
+    forward_depth, backward_depth = depths
     if regather is None and forward_delta is None:  # each block gathered once per direction, alike
         return priced_exposure_s(
             calls * (2.0 * g + r),
-            prefetched_gather_exposed_s(g, forward_window * per_call, calls, depth)
-            + prefetched_gather_exposed_s(g + r, backward_window * per_call, calls, depth),
+            prefetched_gather_exposed_s(g, forward_window * per_call, calls, forward_depth)
+            + prefetched_gather_exposed_s(g + r, backward_window * per_call, calls, backward_depth),
             calls * (2.0 * g_price + r_price),
         )
     regather, forward_delta = regather or (0.0, 0.0), forward_delta or (0.0, 0.0)
     g_f, g_rc = g + forward_delta[0], regather[0] * per_call
     return priced_exposure_s(
         calls * (g_f + g + r + g_rc),
-        prefetched_gather_exposed_s(g_f, forward_window * per_call, calls, depth)
-        + prefetched_gather_exposed_s(g + r + g_rc, backward_window * per_call, calls, depth),
+        prefetched_gather_exposed_s(g_f, forward_window * per_call, calls, forward_depth)
+        + prefetched_gather_exposed_s(
+            g + r + g_rc, backward_window * per_call, calls, backward_depth
+        ),
         calls * (2.0 * g_price + forward_delta[1] + r_price) + regather[1],
     )
