@@ -18,11 +18,11 @@ from paraplan.specs.moe_model import moe_shaped
 from paraplan.specs.plan import Schedule
 from paraplan.specs.rules import (
     dualpipe_rule,
-    engine_zero_rule,
     interleave_batch_rule,
     interleave_split_rule,
     offload_rule,
 )
+from paraplan.specs.rules_stack import engine_schedule_rule, engine_zero_rule
 from paraplan.specs.split import (
     SplitGroup,
     accounted_units,
@@ -53,7 +53,8 @@ class GridAxes:
         """(vpp, schedule, split): 1f1b; with pp > 1 also gpipe, zb-h1 and dualpipe (where allowed), each with
         every split of split_options, and interleaved with every vpp > 1 a split allows
         (specs.plan.interleave_split_rule, _interleave_options); the micro-batch count must be a multiple of pp
-        (interleave_batch_rule). A split is (embedding_as_layer, loss_as_layer). Memoised: the block bounds ask for
+        (interleave_batch_rule); those the stack's pipeline engine runs (specs.rules_stack.engine_schedule_rule,
+        the estimator's rule). A split is (embedding_as_layer, loss_as_layer). Memoised: the block bounds ask for
         every block."""
         memo = self._memo.setdefault("schedule_options", {})
         if (pp, microbatches) not in memo:
@@ -87,7 +88,13 @@ class GridAxes:
             out += [ScheduleOption(1, "dualpipe", split) for split in splits]
         if "interleaved" in allowed and not interleave_batch_rule(microbatches, pp):
             out += self._interleave_options(pp)
-        return [o for o in out if self._stages_allowed(pp, o)]
+        engine = self.system.accelerator.efficiency.runtime.pipeline_engine
+        return [
+            o
+            for o in out
+            if not engine_schedule_rule(engine, o.schedule, o.vpp, pp)
+            and self._stages_allowed(pp, o)
+        ]
 
     def _stages_allowed(self, pp: int, option: ScheduleOption) -> bool:
         """Can the framework's launcher state this option's stages (launch.stages_allowed)? Memoised."""

@@ -54,7 +54,6 @@ from paraplan.specs.rules import (
     tp_rules,
     ulysses_rule,
 )
-from paraplan.specs.rules_precision import accelerator_rules
 from paraplan.specs.rules_moe import (
     dispatcher_rule,
     expert_degree_rules,
@@ -62,6 +61,8 @@ from paraplan.specs.rules_moe import (
     expert_load_cv_rule,
     moe_sequence_parallel_rule,
 )
+from paraplan.specs.rules_precision import accelerator_rules
+from paraplan.specs.rules_stack import stack_parallelism_rules
 from paraplan.specs.system import SystemSpec
 from paraplan.specs.tp_layout import TP_LAYOUTS
 from paraplan.step.build import default_order_key, placed_domains, plan_spans
@@ -230,7 +231,8 @@ class SearchProblem(GridAxes):
     @cached_property
     def factorizations(self) -> list[Factorization]:
         """Every (tp, pp, cp, dp) with tp·pp·cp·dp = gpus that the model's shape allows (pp need not
-        divide the layers: uneven splits follow step.schedules.layers_on_stage)."""
+        divide the layers: uneven splits follow step.schedules.layers_on_stage) and the stack's training loop
+        runs (specs.rules_stack.stack_parallelism_rules, the estimator's rule)."""
         m = self.model
         out = []
         for tp in _divisors(self.gpus):
@@ -249,6 +251,8 @@ class SearchProblem(GridAxes):
                     if ulysses_rule(m, tp, cp, self.runtime.cp_algorithm):
                         continue
                     if not launch.degrees_allowed(self.framework, tp, pp, cp, self.seq_length):
+                        continue
+                    if stack_parallelism_rules(self.stack_runs, ParallelDims(tp, cp, 1, pp)):
                         continue
                     out.append(Factorization(tp, pp, cp, self.gpus // (tp * pp * cp)))
         return out
@@ -341,6 +345,11 @@ class SearchProblem(GridAxes):
             memo[(tp, cp)] = self._layer_knobs(tp, cp)
         return memo[(tp, cp)]
 
+    @property
+    def stack_runs(self) -> tuple[str, ...]:
+        """The model-parallel kinds the stack's training loop runs (efficiency.runtime.parallelism)."""
+        return self.system.accelerator.efficiency.runtime.parallelism
+
     def _layer_knobs(self, tp: int, cp: int) -> tuple[LayerKnob, ...]:
         """layer_knobs, computed."""
         sp_options = [False] if tp == 1 else [False, True]
@@ -374,6 +383,7 @@ class SearchProblem(GridAxes):
                     for rc in recompute
                     for ov in overlap
                     if launch.tp_overlap_allowed(self.framework, sp, ov)
+                    and not stack_parallelism_rules(self.stack_runs, ParallelDims(tp, cp), sp, ov)
                 ]
         return tuple(out)
 
@@ -459,7 +469,8 @@ class SearchProblem(GridAxes):
             (ep, etp)
             for ep in eps
             for etp in etps
-            if not expert_degree_rules(self.model, ParallelDims(tp, cp, dp, ep=ep, etp=etp))
+            if not expert_degree_rules(self.model, dims := ParallelDims(tp, cp, dp, ep=ep, etp=etp))
+            and not stack_parallelism_rules(self.stack_runs, dims)
         ]
 
     def expert_switches(self, ep: int, etp: int) -> tuple[tuple[str, bool], ...]:
