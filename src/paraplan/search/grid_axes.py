@@ -1,5 +1,6 @@
 """The grid of a row (level 3 of the canonical space, search/space.py): the schedule, state and offload options a
-row's candidates take, which depend on pp, the micro-batch count and the data × context size only.
+row's candidates take, which depend on pp, the micro-batch count and the data × context size only; and the batch
+options (micro_batches) that set the micro-batch count.
 
 ``GridAxes`` is a part of ``SearchProblem`` (its base class): its methods read the problem's fields and memoise in
 ``SearchProblem._memo``.
@@ -13,7 +14,13 @@ from typing import get_args
 
 from paraplan.search import launch
 from paraplan.search.divisors import divisors as _divisors
-from paraplan.search.options import LayerSplit, OffloadOption, ScheduleOption, StateOption
+from paraplan.search.options import (
+    BatchOption,
+    LayerSplit,
+    OffloadOption,
+    ScheduleOption,
+    StateOption,
+)
 from paraplan.specs.moe_model import moe_shaped
 from paraplan.specs.plan import Schedule
 from paraplan.specs.rules import (
@@ -47,7 +54,30 @@ SPLITS = (
 
 
 class GridAxes:
-    """The grid options of ``SearchProblem`` (level 3 of the space)."""
+    """The grid options of ``SearchProblem`` (level 3 of the space) and its batch options."""
+
+    def micro_batches(self, dp: int) -> list[BatchOption]:
+        """(micro_batch, global_batch) pairs for this dp: divisors of global_batch/dp, or with
+        --max-global-batch every micro-batch up to max/dp that is a power of two or divides it,
+        with the batch rounded down to a multiple of dp·micro_batch (Calculon's rule)."""
+        if self.global_batch is not None:
+            if self.global_batch % dp:
+                return []
+            options = _divisors(self.global_batch // dp)
+            pairs = [BatchOption(mb, self.global_batch) for mb in options]
+        else:
+            top = self.max_global_batch // dp
+            if top < 1:
+                return []
+            options = sorted(
+                set(_divisors(top)) | {2**k for k in range(top.bit_length()) if 2**k <= top}
+            )
+            pairs = [
+                BatchOption(mb, (self.max_global_batch // (dp * mb)) * dp * mb) for mb in options
+            ]
+        if self.micro_batch is not None:
+            pairs = [p for p in pairs if p.micro_batch in self.micro_batch]
+        return pairs
 
     def schedule_options(self, pp: int, microbatches: int) -> tuple[ScheduleOption, ...]:
         """(vpp, schedule, split): 1f1b; with pp > 1 also gpipe, zb-h1 and dualpipe (where allowed), each with

@@ -29,7 +29,6 @@ from paraplan.search.divisors import divisors as _divisors
 from paraplan.search.grid_axes import SCHEDULES, SPLIT_BACKWARD_SCHEDULES, GridAxes
 from paraplan.search.options import (
     NO_EXPERT_OPTION,
-    BatchOption,
     ExpertOption,
     Factorization,
     LayerKnob,
@@ -289,29 +288,6 @@ class SearchProblem(GridAxes):
         return memo[key]
 
     # ---- level 2: knobs that set per-layer costs ----------------------------------------------
-    def micro_batches(self, dp: int) -> list[BatchOption]:
-        """(micro_batch, global_batch) pairs for this dp: divisors of global_batch/dp, or with
-        --max-global-batch every micro-batch up to max/dp that is a power of two or divides it,
-        with the batch rounded down to a multiple of dp·micro_batch (Calculon's rule)."""
-        if self.global_batch is not None:
-            if self.global_batch % dp:
-                return []
-            options = _divisors(self.global_batch // dp)
-            pairs = [BatchOption(mb, self.global_batch) for mb in options]
-        else:
-            top = self.max_global_batch // dp
-            if top < 1:
-                return []
-            options = sorted(
-                set(_divisors(top)) | {2**k for k in range(top.bit_length()) if 2**k <= top}
-            )
-            pairs = [
-                BatchOption(mb, (self.max_global_batch // (dp * mb)) * dp * mb) for mb in options
-            ]
-        if self.micro_batch is not None:
-            pairs = [p for p in pairs if p.micro_batch in self.micro_batch]
-        return pairs
-
     def grids(self, tp: int) -> list[int]:
         """Rows r of the valid 2D grids r × tp/r for this tp (specs.tp_layout rules that involve only the
         model and the sequence: the others are the search's own canonical choices)."""
