@@ -208,7 +208,7 @@ class GridAxes:
 
     def state_options(self, dp_size: int, pp: int = 1) -> list[StateOption]:
         """(zero, overlap_dp_grad_reduce, overlap_param_gather) options for a data × context group at
-        pipeline depth ``pp``, those the stack's pipeline runtime takes at that depth (specs.rules.engine_zero_rule,
+        pipeline depth ``pp``, those the stack's pipeline runtime takes at that depth (specs.rules_stack.engine_zero_rule,
         the estimator's rule) and the framework launches (search.launch.state_allowed)."""
         if dp_size == 1:
             return [StateOption(0, True, True)]

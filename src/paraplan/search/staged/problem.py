@@ -127,11 +127,11 @@ def depth_allowed(problem: HeteroProblem, pp: int) -> bool:
     return (
         engine_zero_rule(problem.engine, problem.zero, pp) is None
         and engine_schedule_rule(problem.engine, problem.schedule, problem.vpp, pp) is None
-        and not _stack_rules(problem, ParallelDims(pp=pp))
+        and not _stack_refusals(problem, ParallelDims(pp=pp))
     )
 
 
-def _stack_rules(problem: HeteroProblem, dims: ParallelDims) -> list:
+def _stack_refusals(problem: HeteroProblem, dims: ParallelDims) -> list:
     """specs.rules_stack.stack_parallelism_rules of ``dims`` (with the problem's sequence parallelism and TP
     overlap) on each pool's stack (efficiency.runtime.parallelism), the per-stage check's rule."""
     return [
@@ -148,8 +148,8 @@ def _stack_rules(problem: HeteroProblem, dims: ParallelDims) -> list:
 
 def launchable(problem: HeteroProblem, settings: list[StageSetting]) -> bool:
     """Does the framework's launcher run these stage settings (search.launch.stage_plan_allowed), and the
-    stacks of the pools their tensor parallelism (_stack_rules, the per-stage check's rule)?"""
-    if any(_stack_rules(problem, ParallelDims(tp=s.dims.tp)) for s in settings):
+    stacks of the pools their tensor parallelism (_stack_refusals, the per-stage check's rule)?"""
+    if any(_stack_refusals(problem, ParallelDims(tp=s.dims.tp)) for s in settings):
         return False
     stages = [(s.dims.tp, s.dims.dp, s.recompute, tuple(s.recompute_ops)) for s in settings]
     return launch.stage_plan_allowed(problem.framework, problem, stages)
