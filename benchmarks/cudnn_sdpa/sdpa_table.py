@@ -9,8 +9,8 @@ num_kv_heads, head_dim_qk, head_dim_vo, profile_pass (fwd / bwd), deterministic_
 Kept: bf16 rows (the table's dtype; fp8 / mxfp8 attention is not priced from tables, cost.kernel_tables),
 non-deterministic backward (what Megatron-Core / Transformer Engine run unless deterministic mode is set),
 q_seqlen = kv_seqlen. A row is written with heads = num_q_heads (the FLOPs count query heads; GQA's shared
-K/V heads are kept as kv_heads), causal = 1 for top_left, time_us = time_ms x 1000, and source_row = the
-source file and its line. The benchmark's own tflops column is kept: its FLOP count is the table's
+K/V heads are kept as kv_heads), causal = 1 for top_left (cost.kernel_tables.CAUSAL_WORDS), time_us =
+time_ms x 1000, and source_row = the source file and its line. The benchmark's own tflops column is kept: its FLOP count is the table's
 (forward 4·b·h·s²·d × causal half, backward 2.5× forward; tests/unit/test_cudnn_sdpa_tables.py checks it).
 
 Windowed rows (results/gpt_oss/<gpu>/*.csv, last changed by the same commit: GPT-OSS attention, 128 query and
@@ -31,6 +31,8 @@ from __future__ import annotations
 import csv
 import sys
 from pathlib import Path
+
+from paraplan.cost.kernel_tables import CAUSAL_WORDS  # top_left, bottom_right: causal; no_mask
 
 COLUMNS = [
     "batch",
@@ -75,7 +77,7 @@ def table_rows(source: Path, name: str) -> list[dict[str, str]]:
                         "heads": row["num_q_heads"],
                         "seq_len": row["q_seqlen"],
                         "head_dim": row["head_dim_qk"],
-                        "causal": "1" if row["attn_mask"] == "top_left" else "0",
+                        "causal": "1" if CAUSAL_WORDS[row["attn_mask"]] else "0",
                         "direction": way,
                         "dtype": "bf16",
                         "time_us": f"{ms * 1000:.0f}",

@@ -60,7 +60,7 @@ def test_a_table_gemm_by_hand():
 
 def _ratios(table: str, system: str) -> dict[str, float]:
     rows = kt.load_table(table).rows["gemm"]
-    samples = [GemmSample.from_row(row, f"{table}/gemm.csv") for row in rows]
+    samples = [GemmSample.from_row(row) for row in rows]
     return in_step_ratios(samples, load_system(system))
 
 

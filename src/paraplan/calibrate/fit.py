@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from paraplan.calibrate.readers import AttentionSample, GemmSample, NcclRun
+from paraplan.calibrate.readers import AttentionSample, GemmSample, NcclRun, each_row, row_place
 from paraplan.cost.comm import GroupSpan, collective_latency_hops, linear_collective
 from paraplan.cost.compute import (
     attention_time_s,
@@ -122,7 +122,7 @@ def refuse_beyond_peak(flag: str, source: str, peak_s, measured_s, what: str) ->
     for i, (ideal, t) in enumerate(zip(peak_s, measured_s)):
         if t * PEAK_SLACK < ideal:
             raise InputError(
-                f"{flag}: {source} line {i + 2}: {ideal / t:.3g}× faster than the system's peak "
+                f"{row_place(flag, source, i)}: {ideal / t:.3g}× faster than the system's peak "
                 f"{what} (at most {PEAK_SLACK}× allowed); check the time unit and the system"
             )
 
@@ -220,17 +220,19 @@ def fit_memory(samples: list[tuple[float, float]], system: SystemSpec, source: s
     (``cache_resident``) are left out of the fit and the peak check, and said so in a note."""
     part = FitPart()
     cached = cache_resident(samples, system)
-    if any(cached) and len(samples) - sum(cached) >= 2:
+    # (with fewer than 2 rows above L2 the rule cannot apply: every row is fitted and checked)
+    left_out = cached if any(cached) and len(samples) - sum(cached) >= 2 else [False] * len(samples)
+    unit = with_values(system, {f"{EFF}.hbm": 1.0, f"{EFF}.kernel_overhead_s": 0.0}).accelerator
+    ideal = [0.0 if out else memory_time_s(b, unit) for (b, _), out in zip(samples, left_out)]
+    refuse_beyond_peak("--memory", source, ideal, [t for _, t in samples], "HBM bandwidth")
+    if any(left_out):
         part.notes[f"{EFF}.hbm"] = (
             f"{sum(cached)} of {len(samples)} rows of {source} fit in the "
             f"{system.accelerator.l2_cache / 1e6:.0f} MB L2 cache (cache-resident): left out of the HBM fit"
         )
-        samples = [s for s, c in zip(samples, cached) if not c]
-    # (with fewer than 2 rows above L2 the rule cannot apply: every row is fitted, and checked below)
-    unit = with_values(system, {f"{EFF}.hbm": 1.0, f"{EFF}.kernel_overhead_s": 0.0}).accelerator
+        samples = [s for s, out in zip(samples, left_out) if not out]
     rows = np.array([[memory_time_s(b, unit), 1.0] for b, _ in samples])
     meas = np.array([t for _, t in samples])
-    refuse_beyond_peak("--memory", source, rows[:, 0], meas, "HBM bandwidth")
     x, _ = _solve(rows, meas)
     # time that grows with size by less than a millionth of the largest timing is no growth (least squares
     # on flat timings returns a slope of rounding size, whose sign depends on the LAPACK build)
@@ -263,7 +265,14 @@ def fit_attention(
     unit = with_values(
         system, {f"{EFF}.attention": 1.0, f"{EFF}.kernel_overhead_s": 0.0}
     ).accelerator
-    col = np.array([attention_time_s(*attention_flops(s), unit, s.dtype) for s in samples])
+    col = np.array(  # a dtype the accelerator has no rate for: an error naming the row
+        each_row(
+            "--attention",
+            source,
+            samples,
+            lambda s: attention_time_s(*attention_flops(s), unit, s.dtype),
+        )
+    )
     meas = np.array([s.time_s for s in samples])
     refuse_beyond_peak("--attention", source, col, meas, "FLOP/s")
     if overhead_s is None:
@@ -297,17 +306,18 @@ def fit_gemm(
             f"{EFF}.kernel_overhead_s": 0.0,
         },
     ).accelerator
-    rows, meas = [], []
-    for s in (
-        samples
-    ):  # the rate term alone: the traffic floor (gemm_traffic_floor_s) is no linear column
-        col = gemm_compute_s(
-            2.0 * s.batch * s.m * s.n * s.k, (s.batch, s.m, s.n, s.k), unit, s.dtype
-        )
-        rows.append([0.0 if s.dtype == "fp8" else col, col if s.dtype == "fp8" else 0.0, 1.0])
-        meas.append(s.time_s)
-    a, m = np.array(rows), np.array(meas)
-    ideal = [2.0 * s.batch * s.m * s.n * s.k / unit.peak_matrix_flops(s.dtype) for s in samples]
+
+    def row(s: GemmSample) -> tuple[list[float], float]:
+        """The row's linear columns (the rate term alone: the traffic floor, gemm_traffic_floor_s, is no
+        linear column) and its time at the peak."""
+        flops = 2.0 * s.batch * s.m * s.n * s.k
+        col = gemm_compute_s(flops, (s.batch, s.m, s.n, s.k), unit, s.dtype)
+        at_peak_s = flops / unit.peak_matrix_flops(s.dtype)
+        return ([col, 0.0, 1.0] if s.dtype != "fp8" else [0.0, col, 1.0]), at_peak_s
+
+    # a dtype the accelerator has no rate for: an error naming the row
+    rows, ideal = zip(*each_row("--gemm", source, samples, row))
+    a, m = np.array(rows), np.array([s.time_s for s in samples])
     refuse_beyond_peak("--gemm", source, ideal, m, "FLOP/s")
     x, used = _solve(a, m)
     if used[0]:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, TypeVar, get_args
 
-from paraplan.cost.kernel_tables import csv_number
+from paraplan.cost.kernel_tables import csv_causal, csv_number
 from paraplan.io.documents import read_text
 from paraplan.specs.errors import InputError
 from paraplan.specs.system import Dtype
@@ -124,32 +124,53 @@ def _rows(path: Path, flag: str) -> list[dict[str, str]]:
     return [{(k or "").strip().lower(): (v or "").strip() for k, v in r.items()} for r in rows]
 
 
-def _number(row: dict[str, str], key: str, flag: str, where: str) -> float:
-    return csv_number(row, key, f"{flag}: {where}")
+def row_place(flag: str, source: str, index: int) -> str:
+    """A table row's place in errors, ``FLAG: FILE line N``: data row ``index`` (from 0) is line index + 2,
+    the header being line 1 (comment and blank lines not counted)."""
+    return f"{flag}: {source} line {index + 2}"
 
 
-def _count(row: dict[str, str], key: str, flag: str, where: str) -> int:
+def each_row(flag: str, source: str, items, fn: Callable[..., T]) -> list[T]:
+    """``fn(item)`` of each of a table's rows (or what was read from them) in order; an InputError one
+    raises is re-raised as one line with the row's place (``row_place``) in front, so every reader and fit
+    names the row the same way."""
+    out = []
+    for i, item in enumerate(items):
+        try:
+            out.append(fn(item))
+        except InputError as exc:
+            raise InputError(f"{row_place(flag, source, i)}: {exc}") from None
+    return out
+
+
+def _count(row: dict[str, str], key: str) -> int:
     """A positive whole number (a GEMM or attention dimension)."""
-    value = _number(row, key, flag, where)
+    value = csv_number(row, key)
     if not value.is_integer() or value >= 2**53:
-        raise InputError(
-            f"{flag}: {where}: column {key!r} must be a whole number below 2^53, got {row.get(key)!r}"
-        )
+        raise InputError(f"column {key!r} must be a whole number below 2^53, got {row.get(key)!r}")
     return int(value)
 
 
-def _time_s(row: dict[str, str], flag: str, where: str, flops: float | None = None) -> float:
+def _time_s(row: dict[str, str], flops: float | None = None) -> float:
     """time_s, time_ms or time_us; or (GEMM only) tflops with the 2·m·n·k convention."""
     for key, scale in (("time_s", 1.0), ("time_ms", 1e-3), ("time_us", 1e-6)):
         if row.get(key):
-            return _number(row, key, flag, where) * scale
+            return csv_number(row, key) * scale
     if flops is not None and row.get("tflops"):
-        return flops / (_number(row, "tflops", flag, where) * 1e12)
+        return flops / (csv_number(row, "tflops") * 1e12)
     allowed = "time_s, time_ms, time_us" + (" or tflops" if flops is not None else "")
-    raise InputError(f"{flag}: {where}: needs a column {allowed}")
+    raise InputError(f"needs a column {allowed}")
 
 
 GEMM_DTYPES: tuple[str, ...] = get_args(Dtype)  # the system spec's datatypes
+
+
+def _dtype(row: dict[str, str]) -> str:
+    """The row's dtype column (bf16 where absent or empty), one of the system spec's datatypes."""
+    dtype = row.get("dtype") or "bf16"
+    if dtype not in GEMM_DTYPES:
+        raise InputError(f"dtype {dtype!r} is not allowed; allowed: {', '.join(GEMM_DTYPES)}")
+    return dtype
 
 
 @dataclass(frozen=True)
@@ -162,16 +183,12 @@ class GemmSample:
     time_s: float
 
     @classmethod
-    def from_row(cls, row: dict[str, str], where: str) -> GemmSample:
-        """The sample of one CSV row (``where``: its place, for errors)."""
-        b = _count(row, "batch", "--gemm", where) if row.get("batch") else 1
-        m, n, k = (_count(row, c, "--gemm", where) for c in ("m", "n", "k"))
-        dtype = row.get("dtype", "bf16") or "bf16"
-        if dtype not in GEMM_DTYPES:
-            raise InputError(
-                f"--gemm: {where}: dtype {dtype!r} is not allowed; allowed: {', '.join(GEMM_DTYPES)}"
-            )
-        return cls(b, m, n, k, dtype, _time_s(row, "--gemm", where, flops=2.0 * b * m * n * k))
+    def from_row(cls, row: dict[str, str]) -> GemmSample:
+        """The sample of one CSV row."""
+        b = _count(row, "batch") if row.get("batch") else 1
+        m, n, k = (_count(row, c) for c in ("m", "n", "k"))
+        dtype = _dtype(row)
+        return cls(b, m, n, k, dtype, _time_s(row, flops=2.0 * b * m * n * k))
 
 
 def read_gemm_table(path: Path) -> list[GemmSample]:
@@ -191,20 +208,17 @@ class AttentionSample:
     time_s: float
 
     @classmethod
-    def from_row(cls, row: dict[str, str], where: str) -> AttentionSample:
-        """The sample of one CSV row (``where``: its place, for errors)."""
+    def from_row(cls, row: dict[str, str]) -> AttentionSample:
+        """The sample of one CSV row; causal 1 where the column is absent or empty (cost.kernel_tables.
+        CAUSAL_WORDS: a word it does not know is refused)."""
         direction = row.get("direction", "fwd")
         if direction not in ("fwd", "bwd"):
-            raise InputError(
-                f"--attention: {where}: direction {direction!r} is not allowed; allowed: fwd, bwd"
-            )
+            raise InputError(f"direction {direction!r} is not allowed; allowed: fwd, bwd")
         b, heads, seq_len, head_dim = (
-            _count(row, c, "--attention", where) for c in ("batch", "heads", "seq_len", "head_dim")
+            _count(row, c) for c in ("batch", "heads", "seq_len", "head_dim")
         )
-        causal = row.get("causal", "1").lower() in ("1", "true", "yes")
-        dtype = row.get("dtype", "bf16") or "bf16"
-        time_s = _time_s(row, "--attention", where)
-        return cls(b, heads, seq_len, head_dim, causal, direction, dtype, time_s)
+        causal = csv_causal(row.get("causal") or "1")
+        return cls(b, heads, seq_len, head_dim, causal, direction, _dtype(row), _time_s(row))
 
 
 def read_attention_table(path: Path) -> list[AttentionSample]:
@@ -214,19 +228,10 @@ def read_attention_table(path: Path) -> list[AttentionSample]:
 
 def read_memory_table(path: Path) -> list[tuple[float, float]]:
     """CSV with bytes (read + written) and time_(s|ms|us) of memory-bound kernels (copies, norms)."""
-    return _read_table(
-        path,
-        "--memory",
-        lambda row, where: (
-            _number(row, "bytes", "--memory", where),
-            _time_s(row, "--memory", where),
-        ),
-    )
+    return _read_table(path, "--memory", lambda row: (csv_number(row, "bytes"), _time_s(row)))
 
 
-def _read_table(path: Path, flag: str, sample: Callable[[dict[str, str], str], T]) -> list[T]:
-    """``sample(row, where)`` of each row of the CSV table at ``path`` (``flag`` its option), with
-    ``where`` the row's place for errors: "FILE line N", the header being line 1."""
-    return [
-        sample(row, f"{path.name} line {i}") for i, row in enumerate(_rows(path, flag), start=2)
-    ]
+def _read_table(path: Path, flag: str, sample: Callable[[dict[str, str]], T]) -> list[T]:
+    """``sample(row)`` of each row of the CSV table at ``path`` (``flag`` its option), an error naming
+    the row (``each_row``)."""
+    return each_row(flag, path.name, _rows(path, flag), sample)

@@ -336,7 +336,7 @@ def load_framework(
         try:
             return FrameworkSpec.model_validate(data)
         except ValidationError as exc:
-            raise input_error_from_pydantic(exc, field) from None
+            raise input_error_from_pydantic(exc, field, FrameworkSpec) from None
     except InputError as exc:
         if referenced and isinstance(ref, str) and not isinstance(exc, UnknownNameError):
             raise referenced_file_error(exc, ref, field, "framework") from None

@@ -34,7 +34,7 @@ def cluster_from_dict(data: dict, field: str = "cluster") -> ClusterSpec:
     try:
         return ClusterSpec.model_validate(data)
     except ValidationError as exc:
-        raise input_error_from_pydantic(exc, field) from None
+        raise input_error_from_pydantic(exc, field, ClusterSpec) from None
 
 
 def load_cluster(ref: str | Path | dict | ClusterSpec, field: str = "cluster") -> ClusterSpec:

@@ -314,4 +314,4 @@ def model_from_hf_moe(data: dict, family: str, name: str, field: str = "model") 
     try:
         return ModelSpec.model_validate(spec)
     except ValidationError as exc:
-        raise input_error_from_pydantic(exc, field) from None
+        raise input_error_from_pydantic(exc, field, ModelSpec) from None

@@ -9,7 +9,7 @@ import typer
 
 from paraplan.cli.declare import optional, switch
 from paraplan.report.goodput_view import goodput_lines, recovery_text
-from paraplan.specs.errors import InputError
+from paraplan.specs.errors import InputError, input_error_from_pydantic
 
 __all__ = [
     "GoodputChanges",
@@ -67,7 +67,7 @@ def goodput_inputs(grid_intensity: float | None = None, sets: list[str] | None =
     ``--grid-intensity``; InputError (one line) for an unknown field or a value it refuses."""
     from pydantic import ValidationError
 
-    from paraplan.goodput.inputs import default_inputs
+    from paraplan.goodput.inputs import GoodputInputs, default_inputs
 
     inputs = default_inputs()
     changes: dict[str, dict] = {}
@@ -87,10 +87,8 @@ def goodput_inputs(grid_intensity: float | None = None, sets: list[str] | None =
         return inputs
     try:
         return inputs.with_changes(**changes)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(str(p) for p in err["loc"])
-        raise InputError(f"--goodput-set: {where}: {err['msg']}") from None
+    except ValidationError as exc:  # every field refused, a union's branches as one (specs.errors)
+        raise input_error_from_pydantic(exc, "--goodput-set", GoodputInputs) from None
 
 
 def _value(text: str):

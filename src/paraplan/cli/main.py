@@ -36,10 +36,18 @@ from typer import Abort, Exit
 
 
 _SPEC_FIELD = {
-    "PlanSpec": "plan",
-    "ModelSpec": "model",
-    "SystemSpec": "system",
-}  # pydantic title -> field prefix
+    "PlanSpec": ("plan", "paraplan.specs.plan"),
+    "ModelSpec": ("model", "paraplan.specs.model"),
+    "SystemSpec": ("system", "paraplan.specs.system"),
+}  # pydantic title -> field prefix, the module of the class
+
+
+def _pydantic_error(exc) -> InputError:
+    """A ValidationError no loader turned into an InputError, as one line naming the spec's field (the
+    spec's class, loaded by then, lets specs.errors collapse a union's branch errors)."""
+    field, module = _SPEC_FIELD.get(exc.title, ("input", None))
+    schema = getattr(sys.modules.get(module or ""), exc.title, None)
+    return input_error_from_pydantic(exc, field, schema)
 
 
 def _one_line(message: str) -> str:
@@ -294,7 +302,7 @@ def _main(args: list[str]) -> None:
     except (InputError, UnitError) as exc:
         _fail(str(exc))
     except _validation_error() as exc:
-        _fail(str(input_error_from_pydantic(exc, _SPEC_FIELD.get(exc.title, "input"))))
+        _fail(str(_pydantic_error(exc)))
     except NoArgsIsHelpError as exc:  # bare `paraplan`: show the help
         exc.show()
         sys.exit(exc.exit_code)

@@ -128,19 +128,40 @@ def _rows(folder, file: str, ref: str) -> list[dict[str, str]]:
     ]
 
 
-def csv_number(row: dict[str, str], key: str, where: str) -> float:
-    """Column ``key`` of a measured row: a finite positive number (causal: 0 or more, a flag);
-    InputError naming ``where`` and the column otherwise (the tables here and calibrate's CSVs)."""
+def csv_number(row: dict[str, str], key: str, where: str = "") -> float:
+    """Column ``key`` of a measured row: a finite positive number; InputError naming ``where`` (when
+    given) and the column otherwise (the tables here and calibrate's CSVs)."""
+    at = f"{where}: " if where else ""
     try:
         value = float(row[key])
     except (KeyError, ValueError):
-        raise InputError(
-            f"{where}: column {key!r} must be a number, got {row.get(key)!r}"
-        ) from None
-    low_ok = value >= 0 if key == "causal" else value > 0  # causal is a 0/1 flag
-    if not (math.isfinite(value) and low_ok):
-        raise InputError(f"{where}: column {key!r} must be a finite positive number, got {value}")
+        raise InputError(f"{at}column {key!r} must be a number, got {row.get(key)!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise InputError(f"{at}column {key!r} must be a finite positive number, got {value}")
     return value
+
+
+# The causal column's words (any case): 1 / 0, true / false, yes / no, and the attention masks of cuDNN's SDPA
+# benchmark (github.com/NVIDIA/cudnn-frontend benchmark/sdpa_benchmark_training/benchmark_single_sdpa.py at
+# 3929da2ef4c1, --attn_mask: "'top_left' (causal) or 'no_mask' (bidirectional)"; top_left and bottom_right both
+# bound the scores at the diagonal, right_bound 0, aligned at the top-left or the bottom-right corner: one mask
+# where queries and keys are one length, as a row's seq_len states, and one FLOP count, the lower triangle).
+CAUSAL_WORDS = {
+    **dict.fromkeys(("1", "true", "yes", "top_left", "bottom_right"), True),
+    **dict.fromkeys(("0", "false", "no", "no_mask"), False),
+}
+
+
+def csv_causal(text: str | None, where: str = "") -> bool:
+    """A row's causal column (CAUSAL_WORDS); InputError naming ``where`` (when given), the value and the
+    allowed words otherwise: a word it does not know is refused, not read as non-causal."""
+    word = (text or "").strip().lower()
+    if word not in CAUSAL_WORDS:
+        at = f"{where}: " if where else ""
+        raise InputError(
+            f"{at}causal {text!r} is not allowed; allowed: {', '.join(CAUSAL_WORDS)} (any case)"
+        )
+    return CAUSAL_WORDS[word]
 
 
 @dataclass(frozen=True)
@@ -191,7 +212,7 @@ def attention_rows(rows, ref, file) -> list[MeasuredRow]:
     for i, row in enumerate(rows):
         where = f"{FIELD}: {ref}/{file} row {i + 1}"
         b, h, s, d = (csv_number(row, k, where) for k in ATTENTION_SHAPE)
-        causal = csv_number(row, "causal", where) > 0
+        causal = csv_causal(row.get("causal"), where)
         direction = row.get("direction", "fwd")
         if direction not in ("fwd", "bwd"):
             raise InputError(f"{where}: direction must be fwd or bwd, got {direction!r}")

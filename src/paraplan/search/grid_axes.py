@@ -209,26 +209,30 @@ class GridAxes:
     def state_options(self, dp_size: int, pp: int = 1) -> list[StateOption]:
         """(zero, overlap_dp_grad_reduce, overlap_param_gather) options for a data × context group at
         pipeline depth ``pp``, those the stack's pipeline runtime takes at that depth (specs.rules_stack.engine_zero_rule,
-        the estimator's rule) and the framework launches (search.launch.state_allowed)."""
+        the estimator's rule) and the framework launches (search.launch.state_allowed). Memoised: the grid
+        index asks for every (pp, m, dp·cp) of its rows."""
         if dp_size == 1:
             return [StateOption(0, True, True)]
-        tp = max(self.gpus // (pp * dp_size), 1)  # DeepSpeed's (cp = 1) tensor-parallel size
-        fp8_primary = self.dtype == "fp8" and not self.runtime.fp8_weight_copies
-        engine = self.system.accelerator.efficiency.runtime.pipeline_engine
-        return [
-            o
-            for o in self._state_options(dp_size)
-            if not engine_zero_rule(engine, o.zero, pp)
-            and launch.state_allowed(
-                self.framework,
-                o.zero,
-                o.overlap_dp_grad_reduce,
-                o.overlap_param_gather,
-                pp,
-                tp,
-                fp8_primary,
+        memo = self._memo.setdefault("state_options", {})
+        if (dp_size, pp) not in memo:
+            tp = max(self.gpus // (pp * dp_size), 1)  # DeepSpeed's (cp = 1) tensor-parallel size
+            fp8_primary = self.dtype == "fp8" and not self.runtime.fp8_weight_copies
+            engine = self.system.accelerator.efficiency.runtime.pipeline_engine
+            memo[(dp_size, pp)] = tuple(
+                o
+                for o in self._state_options(dp_size)
+                if not engine_zero_rule(engine, o.zero, pp)
+                and launch.state_allowed(
+                    self.framework,
+                    o.zero,
+                    o.overlap_dp_grad_reduce,
+                    o.overlap_param_gather,
+                    pp,
+                    tp,
+                    fp8_primary,
+                )
             )
-        ]
+        return list(memo[(dp_size, pp)])
 
     def _state_options(self, dp_size: int) -> list[StateOption]:
         """state_options at any depth."""

@@ -36,7 +36,7 @@ def validate_spec(schema: type[Spec], data: Any, field: str) -> Spec:
     try:
         spec = schema.model_validate_json(text, strict=True)
     except ValidationError as exc:
-        raise input_error_from_pydantic(exc, field) from None
+        raise input_error_from_pydantic(exc, field, schema) from None
     problems = list(_out_of_range(spec, field))
     if (
         isinstance(spec, SystemSpec)

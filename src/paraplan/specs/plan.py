@@ -328,7 +328,7 @@ def runtime_folded(fields: dict) -> dict:
         try:
             out["runtime"] = RuntimeFields(**{**base.model_dump(), **given})
         except ValidationError as exc:
-            raise input_error_from_pydantic(exc, "runtime") from None
+            raise input_error_from_pydantic(exc, "runtime", RuntimeFields) from None
     return out
 
 
@@ -350,7 +350,7 @@ def plan_input_error(exc: ValidationError) -> InputError:
     """One-line InputError for a rejected plan. Rules checked on the whole plan (placement, schedule
     with vpp) name the plan itself; their message already names the field, so the plan's dict of
     values is left out instead of being printed as the offending value."""
-    err = input_error_from_pydantic(exc, "plan")
+    err = input_error_from_pydantic(exc, "plan", PlanSpec)
     first = err.violations[0] if err.violations else None
     if first is not None and first.field == "plan" and isinstance(first.value, dict):
         more = f" (and {len(err.violations) - 1} more)" if len(err.violations) > 1 else ""

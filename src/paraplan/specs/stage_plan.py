@@ -334,7 +334,7 @@ def stage_plan_from_dict(data: object, field: str = "plan") -> StagePlanSpec:
     try:
         return StagePlanSpec.model_validate(data)
     except ValidationError as exc:
-        raise input_error_from_pydantic(exc, field) from None
+        raise input_error_from_pydantic(exc, field, StagePlanSpec) from None
 
 
 def stage_plan_to_dict(plan: StagePlanSpec) -> dict:

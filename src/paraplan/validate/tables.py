@@ -45,7 +45,11 @@ class TableResidual:
     max_rel: float
 
 
-def _res(file: str, what: str, pred, meas) -> TableResidual:
+def _res(file: str, what: str, pred, meas) -> TableResidual | None:
+    """The relative errors of ``pred`` against ``meas``; None where there is no row (a leave-one-out of
+    groups of one row each: _loo), which _file_residuals leaves out."""
+    if len(meas) == 0:
+        return None
     rel = np.asarray(pred, float) / np.asarray(meas, float) - 1.0
     return TableResidual(
         file, what, len(rel), float(np.sqrt(np.mean(rel**2))), float(np.max(np.abs(rel)))
@@ -56,9 +60,12 @@ def _loo(
     measured: list[kt.MeasuredRow], floor_s: float | None = None, prior_of=None
 ) -> tuple[list, list]:
     """Leave-one-out predictions and the measured times, group by group (cost.kernel_tables.groups),
-    over the prior ``prior_of(group)`` where given (attention: cost.table_attention.shape_prior)."""
+    over the prior ``prior_of(group)`` where given (attention: cost.table_attention.shape_prior); a group of
+    one row is left out (no other row predicts it: a user's table with one non-causal row, say)."""
     loo, times = [], []
     for group, (points, works, group_times) in kt.groups(measured).items():
+        if len(points) < 2:
+            continue
         prior = None if prior_of is None else prior_of(group)
         loo += leave_one_out(points, works, group_times, floor_s, prior)
         times += group_times
@@ -170,11 +177,12 @@ def _memory(table: kt.KernelTable, acc: AcceleratorSpec | None) -> list[TableRes
     hbm = [(b, t) for b, t in pairs if not kt.l2_resident(b, l2)]
     cached = [(b, t) for b, t in pairs if kt.l2_resident(b, l2)]
     floor = min(t for _, t in pairs)
+    left = hbm if len(hbm) >= 2 else []  # one row: no other row predicts it
     loo = _res(
         file,
         "memory copies (HBM-resident), table leave-one-out",
-        leave_one_out([(b,) for b, _ in hbm], [b for b, _ in hbm], [t for _, t in hbm], floor),
-        [t for _, t in hbm],
+        leave_one_out([(b,) for b, _ in left], [b for b, _ in left], [t for _, t in left], floor),
+        [t for _, t in left],
     )
     if acc is None:
         return [loo]
@@ -242,7 +250,7 @@ def _file_residuals(ref: str, acc: AcceleratorSpec | None) -> list[TableResidual
             out += _memory(table, acc)
         elif kind in ("kernels", "fp8_kernels"):
             out += _named(table, acc, kind)
-    return out
+    return [r for r in out if r is not None]
 
 
 def shipped_table_residuals() -> dict[str, tuple[str | None, list[TableResidual]]]:
