@@ -101,3 +101,28 @@ def test_uniform_stage_plan_takes_the_engine_and_keeps_its_rules():
         uniform_stage_plan(_t5_plan(schedule="gpipe"), model, "p", "deepspeed")
     with pytest.raises(InputError, match="ZeRO-2"):
         uniform_stage_plan(_t5_plan(zero=2), model, "p", "deepspeed")
+
+
+def test_per_stage_check_refuses_parallelism_a_pools_stack_does_not_run():
+    from paraplan.catalog import load_model, load_system
+    from paraplan.cost.frameworks import framework_cluster
+    from paraplan.specs.cluster import uniform_cluster
+    from paraplan.specs.stage_plan import stage_plan_from_dict, stage_plan_violations
+
+    model = load_model("gpt3-1.3b")
+    plain = uniform_cluster(load_system("dgx-a100-80gb"), 8)
+    fsdp = framework_cluster(load_framework("hf-transformers-fsdp"), plain)
+
+    def plan(tp: int, pp: int):
+        stage = {"pool": plain.pools[0].name, "gpus": 8 // pp, "tp": tp, "layers": 24 // pp}
+        data = {"global_batch": 64, "seq_length": 2048, "microbatches": 8}
+        return stage_plan_from_dict(data | {"stages": [stage] * pp})
+
+    def fields(cluster, p):
+        return [v.field for v in stage_plan_violations(p, model, cluster)]
+
+    assert fields(plain, plan(2, 2)) == [] and fields(fsdp, plan(1, 1)) == []
+    assert fields(fsdp, plan(2, 2)) == [
+        "plan.tp",
+        "plan.pp",
+    ]  # named once, though two stages use them
