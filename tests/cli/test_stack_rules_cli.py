@@ -9,18 +9,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from tests.cli.test_engine_recipe_rules_cli import one_line_error
 
 GPT = ["--model", "gpt3-1.3b", "--system", "dgx-a100-80gb", "--gpus", "8", "--global-batch", "64"]
-
-
-def one_line_error(result) -> str:
-    code, out, err = result
-    assert code == 2, err
-    assert out == ""
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), err
-    assert "Traceback" not in err
-    return lines[0]
 
 
 @pytest.mark.parametrize(

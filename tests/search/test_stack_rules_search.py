@@ -29,8 +29,10 @@ def _problem(framework: str | None, **fields) -> SearchProblem:
         model=load_model("gpt3-1.3b"),
         system=framework_system(fw, system) if fw else system,
         **(axes | fields),
-        **{"micro_batch": (1, 2), "recompute": ("none",), "vary_placement": False},
-        **{"vary_offload": False},
+        micro_batch=(1, 2),
+        recompute=("none",),
+        vary_placement=False,
+        vary_offload=False,
         **(framework_search_fields(fw) if fw else {}),
     )
 

@@ -9,8 +9,8 @@ import pytest
 
 from paraplan.catalog import load_framework
 from paraplan.specs.parallel import ParallelDims
-from paraplan.specs.runtime import PARALLELISMS
 from paraplan.specs.rules_stack import engine_schedule_rule, stack_parallelism_rules
+from paraplan.specs.runtime import PARALLELISMS
 from paraplan.specs.uniform_stages import stage_engine
 
 
