@@ -1,5 +1,5 @@
 """Two plan rules the uniform estimate and search enforce with a one-line error, exit 2 (issue 31: one rule in
-one place): DeepSpeed's PipelineEngine refuses ZeRO-2/3 with pp > 1 (specs.rules.engine_zero_rule, read from the
+one place): DeepSpeed's PipelineEngine refuses ZeRO-2/3 with pp > 1 (specs.rules_stack.engine_zero_rule, read from the
 framework profile's pipeline_engine), and an fp8 plan's Transformer Engine recipe must run on the accelerator
 (specs.rules_precision.fp8_recipe_rule: MXFP8 on compute capability 10.x, NVFP4 on FP4 tensor cores)."""
 

@@ -84,7 +84,31 @@ def draw_plan(rng: random.Random, dtype: str, framework: str) -> tuple[str, str,
     for switch in OVERLAPS:  # the plan's own value wins over the profile's default
         if rng.random() < 0.2:
             fields[switch] = rng.random() < 0.5
-    return name, rng.choice(dtype_systems(dtype)), fields
+    return (
+        name,
+        rng.choice(dtype_systems(dtype)),
+        runnable(fields, load_framework(framework).parallelism),
+    )
+
+
+def runnable(fields: dict, runs: tuple[str, ...]) -> dict:
+    """The drawn plan on the parallel kinds the profile's loop runs (its ``parallelism``, refused otherwise:
+    specs.rules_stack.stack_parallelism_rules): the GPUs of a tp or pp it lacks become data-parallel replicas
+    (the micro-batch count kept), with no sequence parallelism or TP overlap it lacks, one stage under 1F1B."""
+    out = dict(fields)
+    if "tp" not in runs:
+        out["tp"] = 1
+    if "pp" not in runs:
+        out |= {"pp": 1, "vpp": 1, "schedule": "1f1b"}
+    replicas = fields["gpus"] // (fields["tp"] * fields["pp"])
+    out["global_batch"] = (
+        fields["global_batch"] // replicas * (fields["gpus"] // (out["tp"] * out["pp"]))
+    )
+    if "sp" not in runs or out["tp"] == 1:
+        out["sequence_parallel"] = False
+    if "tp_overlap" not in runs and "overlap_tp_comm" in out:
+        out["overlap_tp_comm"] = False
+    return out
 
 
 @functools.cache
@@ -186,25 +210,42 @@ def test_eager_composites_reach_the_per_stage_path(framework, model, activations
 def test_estimate_plan_file_takes_the_framework(cli, tmp_path, framework):
     """``paraplan estimate --plan STAGES --framework F`` prices the per-stage plan under the profile (its
     systems, and the plan defaults the file leaves unset) as ``estimate --framework F`` prices the uniform
-    plan: the same step time and memory per stage (the profile was once ignored for a list of stages)."""
+    plan: the same step time and memory per stage (the profile was once ignored for a list of stages). These
+    profiles' loops run no pipeline (their ``parallelism``): a two-stage plan is refused by both paths alike,
+    and a one-stage plan of the kinds the loop runs is priced alike."""
     options = ["--model", "llama2-7b", "--system", "dgx-h100-80gb", "--framework", framework]
-    plan = {"gpus": 8, "tp": 2, "pp": 2, "global_batch": 16, "seq_length": 2048, "zero": 1}
-    flags = [f"--{k.replace('_', '-')}={v}" for k, v in plan.items()]
-    code, out, err = cli("estimate", *options, *flags, "--json")
-    assert code in (0, 1), err
-    uniform = json.loads(out)
     model, system = load_model("llama2-7b"), load_system("dgx-h100-80gb")
-    stages = uniform_stage_plan(PlanSpec(**plan), model, uniform_cluster(system, 8).pools[0].name)
-    path = tmp_path / "stages.yaml"
-    path.write_text(yaml.safe_dump(stage_plan_to_dict(stages)))
-    code, out, err = cli("estimate", *options, "--plan", str(path), "--json")
-    assert code in (0, 1), err
-    per_stage = json.loads(out)
-    assert per_stage["step_time_s"] == pytest.approx(uniform["step_time_s"], rel=REL)
-    assert len(per_stage["stages"]) == len(uniform["memory"]["per_stage"]) == 2
-    for u, p in zip(uniform["memory"]["per_stage"], per_stage["stages"]):
-        for key in ("peak_gib", "activations_gib", "weights_gib", "gradients_gib", "optimizer_gib"):
-            assert p[key] == pytest.approx(u[key], rel=REL), key
+    tp = 2 if "tp" in load_framework(framework).parallelism else 1
+    for pp in (2, 1):
+        plan = {"gpus": 8, "tp": tp, "pp": pp, "global_batch": 16, "seq_length": 2048, "zero": 1}
+        flags = [f"--{k.replace('_', '-')}={v}" for k, v in plan.items()]
+        stages = uniform_stage_plan(
+            PlanSpec(**plan), model, uniform_cluster(system, 8).pools[0].name
+        )
+        path = tmp_path / "stages.yaml"
+        path.write_text(yaml.safe_dump(stage_plan_to_dict(stages)))
+        results = [
+            cli("estimate", *options, *flags, "--json"),
+            cli("estimate", *options, "--plan", str(path), "--json"),
+        ]
+        if pp == 2:
+            for code, _, err in results:
+                assert code == 2 and "plan.pp: 2 is not allowed" in err, err
+            continue
+        for code, _, err in results:
+            assert code in (0, 1), err
+        uniform, per_stage = (json.loads(out) for _, out, _ in results)
+        assert per_stage["step_time_s"] == pytest.approx(uniform["step_time_s"], rel=REL)
+        assert len(per_stage["stages"]) == len(uniform["memory"]["per_stage"]) == 1
+        for u, p in zip(uniform["memory"]["per_stage"], per_stage["stages"]):
+            for key in (
+                "peak_gib",
+                "activations_gib",
+                "weights_gib",
+                "gradients_gib",
+                "optimizer_gib",
+            ):
+                assert p[key] == pytest.approx(u[key], rel=REL), key
 
 
 DEEPSPEED = load_framework("megatron-deepspeed")
@@ -224,7 +265,8 @@ def test_deepspeed_engine_plans_price_the_batch_loads_as_the_uniform_path():
     prices the same whatever the stack's batch_syncs, and that is the stack's price of it. The defect this
     was written for: the per-stage path read the engine's transfers and accumulation but never its batch
     loads, so a DeepSpeed-engine plan on a stack without them (megatron-core) lost them. Seeded draws of
-    dense decoders, pp 2-8, ZeRO 0-1 (specs.rules.engine_zero_rule), 1F1B or GPipe."""
+    dense decoders, pp 2-8, ZeRO 0-1 (specs.rules_stack.engine_zero_rule), 1F1B (engine_schedule_rule: the
+    engine runs no other)."""
     rng = random.Random(31)
     checked = 0
     for _ in range(TRIES * 6):
@@ -234,7 +276,8 @@ def test_deepspeed_engine_plans_price_the_batch_loads_as_the_uniform_path():
         fields = draw_plan_fields(rng.choice, load_model(name))
         if (
             fields["pp"] == 1
-            or fields.get("schedule") == "interleaved"
+            or fields.get("schedule", "1f1b") not in (None, "1f1b")
+            or fields.get("vpp", 1) > 1
             or fields.get("zero", 0) > 1
         ):
             continue

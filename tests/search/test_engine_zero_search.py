@@ -1,5 +1,5 @@
 """The search never proposes a plan the estimator refuses by the pipeline runtime's ZeRO rule
-(specs.rules.engine_zero_rule): under megatron-deepspeed, whose PipelineEngine refuses ZeRO-2/3 with pp > 1,
+(specs.rules_stack.engine_zero_rule): under megatron-deepspeed, whose PipelineEngine refuses ZeRO-2/3 with pp > 1,
 no candidate of the uniform search (SearchProblem.state_options, both the fast and the exhaustive search) nor
 of the per-stage searches (search.staged.problem.depth_allowed) has pp > 1 with ZeRO 2 or 3, and the fast
 search stays exact against the estimator on that space."""

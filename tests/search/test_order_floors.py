@@ -105,8 +105,12 @@ def test_order_floors_stay_below_work_floors(model_name, fields):
 
 def test_order_floors_keep_the_early_stop_tail():
     """Under an early-stopping checkpoint (pytorch-eager: checkpoint_early_stop) a full recomputation skips the
-    block's tail; the order floor subtracts it whole too, so it stays at or below the work floor."""
-    framework = load_framework("pytorch-eager")
+    block's tail; the order floor subtracts it whole too, so it stays at or below the work floor. The profile's
+    one-device loop runs no model parallelism (its ``parallelism``), which would leave only unsplit rows: the
+    floors are checked on its stack with every parallel kind allowed."""
+    from paraplan.specs.runtime import PARALLELISMS
+
+    framework = load_framework("pytorch-eager").model_copy(update={"parallelism": PARALLELISMS})
     problem = SearchProblem(
         model=load_model("llama3-8b"),
         system=framework_system(framework, load_system("dgx-h100-80gb")),

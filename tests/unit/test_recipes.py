@@ -14,7 +14,7 @@ from paraplan.cost.overlap import (
 )
 from paraplan.specs.errors import InputError
 from paraplan.specs.plan import PlanSpec
-from paraplan.specs.rules import engine_zero_rule
+from paraplan.specs.rules_stack import engine_zero_rule
 from paraplan.specs.stage_plan import stage_plan_from_dict
 from paraplan.step.estimate import estimate
 

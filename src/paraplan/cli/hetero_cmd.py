@@ -106,7 +106,8 @@ def estimate_uniform_stages(
     from paraplan.step.per_stage import estimate_stage_plan
 
     cluster_spec = uniform_cluster(system_spec, plan.gpus)
-    plan_spec = uniform_stage_plan(plan, model_spec, cluster_spec.pools[0].name)
+    engine = system_spec.accelerator.efficiency.runtime.pipeline_engine  # the profile's
+    plan_spec = uniform_stage_plan(plan, model_spec, cluster_spec.pools[0].name, engine)
     est = estimate_stage_plan(model_spec, cluster_spec, plan_spec)
     layers = ",".join(str(s.layers) for s in plan_spec.stages)
     note = (

@@ -1,5 +1,6 @@
 """The grid of a row (level 3 of the canonical space, search/space.py): the schedule, state and offload options a
-row's candidates take, which depend on pp, the micro-batch count and the data × context size only.
+row's candidates take, which depend on pp, the micro-batch count and the data × context size only; and the batch
+options (micro_batches) that set the micro-batch count.
 
 ``GridAxes`` is a part of ``SearchProblem`` (its base class): its methods read the problem's fields and memoise in
 ``SearchProblem._memo``.
@@ -13,16 +14,22 @@ from typing import get_args
 
 from paraplan.search import launch
 from paraplan.search.divisors import divisors as _divisors
-from paraplan.search.options import LayerSplit, OffloadOption, ScheduleOption, StateOption
+from paraplan.search.options import (
+    BatchOption,
+    LayerSplit,
+    OffloadOption,
+    ScheduleOption,
+    StateOption,
+)
 from paraplan.specs.moe_model import moe_shaped
 from paraplan.specs.plan import Schedule
 from paraplan.specs.rules import (
     dualpipe_rule,
-    engine_zero_rule,
     interleave_batch_rule,
     interleave_split_rule,
     offload_rule,
 )
+from paraplan.specs.rules_stack import engine_schedule_rule, engine_zero_rule
 from paraplan.specs.split import (
     SplitGroup,
     accounted_units,
@@ -47,13 +54,37 @@ SPLITS = (
 
 
 class GridAxes:
-    """The grid options of ``SearchProblem`` (level 3 of the space)."""
+    """The grid options of ``SearchProblem`` (level 3 of the space) and its batch options."""
+
+    def micro_batches(self, dp: int) -> list[BatchOption]:
+        """(micro_batch, global_batch) pairs for this dp: divisors of global_batch/dp, or with
+        --max-global-batch every micro-batch up to max/dp that is a power of two or divides it,
+        with the batch rounded down to a multiple of dp·micro_batch (Calculon's rule)."""
+        if self.global_batch is not None:
+            if self.global_batch % dp:
+                return []
+            options = _divisors(self.global_batch // dp)
+            pairs = [BatchOption(mb, self.global_batch) for mb in options]
+        else:
+            top = self.max_global_batch // dp
+            if top < 1:
+                return []
+            options = sorted(
+                set(_divisors(top)) | {2**k for k in range(top.bit_length()) if 2**k <= top}
+            )
+            pairs = [
+                BatchOption(mb, (self.max_global_batch // (dp * mb)) * dp * mb) for mb in options
+            ]
+        if self.micro_batch is not None:
+            pairs = [p for p in pairs if p.micro_batch in self.micro_batch]
+        return pairs
 
     def schedule_options(self, pp: int, microbatches: int) -> tuple[ScheduleOption, ...]:
         """(vpp, schedule, split): 1f1b; with pp > 1 also gpipe, zb-h1 and dualpipe (where allowed), each with
         every split of split_options, and interleaved with every vpp > 1 a split allows
         (specs.plan.interleave_split_rule, _interleave_options); the micro-batch count must be a multiple of pp
-        (interleave_batch_rule). A split is (embedding_as_layer, loss_as_layer). Memoised: the block bounds ask for
+        (interleave_batch_rule); those the stack's pipeline engine runs (specs.rules_stack.engine_schedule_rule,
+        the estimator's rule). A split is (embedding_as_layer, loss_as_layer). Memoised: the block bounds ask for
         every block."""
         memo = self._memo.setdefault("schedule_options", {})
         if (pp, microbatches) not in memo:
@@ -87,7 +118,13 @@ class GridAxes:
             out += [ScheduleOption(1, "dualpipe", split) for split in splits]
         if "interleaved" in allowed and not interleave_batch_rule(microbatches, pp):
             out += self._interleave_options(pp)
-        return [o for o in out if self._stages_allowed(pp, o)]
+        engine = self.system.accelerator.efficiency.runtime.pipeline_engine
+        return [
+            o
+            for o in out
+            if not engine_schedule_rule(engine, o.schedule, o.vpp, pp)
+            and self._stages_allowed(pp, o)
+        ]
 
     def _stages_allowed(self, pp: int, option: ScheduleOption) -> bool:
         """Can the framework's launcher state this option's stages (launch.stages_allowed)? Memoised."""
@@ -171,7 +208,7 @@ class GridAxes:
 
     def state_options(self, dp_size: int, pp: int = 1) -> list[StateOption]:
         """(zero, overlap_dp_grad_reduce, overlap_param_gather) options for a data × context group at
-        pipeline depth ``pp``, those the stack's pipeline runtime takes at that depth (specs.rules.engine_zero_rule,
+        pipeline depth ``pp``, those the stack's pipeline runtime takes at that depth (specs.rules_stack.engine_zero_rule,
         the estimator's rule) and the framework launches (search.launch.state_allowed). Memoised: the grid
         index asks for every (pp, m, dp·cp) of its rows."""
         if dp_size == 1:

@@ -49,7 +49,6 @@ from functools import lru_cache
 from paraplan.specs.recompute import MODES, OP_SAC, offered_modes, stage_mode
 from paraplan.specs.rules import (
     deepspeed_cp_rule,
-    engine_zero_rule,
     megatron_fsdp_rule,
     megatron_overlap_rule,
     model_parts_rule,
@@ -57,6 +56,7 @@ from paraplan.specs.rules import (
     torchtitan_sequence_rule,
 )
 from paraplan.specs.rules_moe import deepspeed_experts_rule, torchtitan_experts_rule
+from paraplan.specs.rules_stack import engine_zero_rule
 from paraplan.specs.split import default_first_last, grouped_split, stage_layer_counts
 
 MEGATRON_CORE = "megatron-core"

@@ -29,7 +29,6 @@ from paraplan.search.divisors import divisors as _divisors
 from paraplan.search.grid_axes import SCHEDULES, SPLIT_BACKWARD_SCHEDULES, GridAxes
 from paraplan.search.options import (
     NO_EXPERT_OPTION,
-    BatchOption,
     ExpertOption,
     Factorization,
     LayerKnob,
@@ -54,7 +53,6 @@ from paraplan.specs.rules import (
     tp_rules,
     ulysses_rule,
 )
-from paraplan.specs.rules_precision import accelerator_rules
 from paraplan.specs.rules_moe import (
     dispatcher_rule,
     expert_degree_rules,
@@ -62,6 +60,8 @@ from paraplan.specs.rules_moe import (
     expert_load_cv_rule,
     moe_sequence_parallel_rule,
 )
+from paraplan.specs.rules_precision import accelerator_rules
+from paraplan.specs.rules_stack import stack_parallelism_rules
 from paraplan.specs.system import SystemSpec
 from paraplan.specs.tp_layout import TP_LAYOUTS
 from paraplan.step.build import default_order_key, placed_domains, plan_spans
@@ -230,7 +230,8 @@ class SearchProblem(GridAxes):
     @cached_property
     def factorizations(self) -> list[Factorization]:
         """Every (tp, pp, cp, dp) with tp·pp·cp·dp = gpus that the model's shape allows (pp need not
-        divide the layers: uneven splits follow step.schedules.layers_on_stage)."""
+        divide the layers: uneven splits follow step.schedules.layers_on_stage) and the stack's training loop
+        runs (specs.rules_stack.stack_parallelism_rules, the estimator's rule)."""
         m = self.model
         out = []
         for tp in _divisors(self.gpus):
@@ -249,6 +250,8 @@ class SearchProblem(GridAxes):
                     if ulysses_rule(m, tp, cp, self.runtime.cp_algorithm):
                         continue
                     if not launch.degrees_allowed(self.framework, tp, pp, cp, self.seq_length):
+                        continue
+                    if stack_parallelism_rules(self.stack_runs, ParallelDims(tp, cp, 1, pp)):
                         continue
                     out.append(Factorization(tp, pp, cp, self.gpus // (tp * pp * cp)))
         return out
@@ -285,29 +288,6 @@ class SearchProblem(GridAxes):
         return memo[key]
 
     # ---- level 2: knobs that set per-layer costs ----------------------------------------------
-    def micro_batches(self, dp: int) -> list[BatchOption]:
-        """(micro_batch, global_batch) pairs for this dp: divisors of global_batch/dp, or with
-        --max-global-batch every micro-batch up to max/dp that is a power of two or divides it,
-        with the batch rounded down to a multiple of dp·micro_batch (Calculon's rule)."""
-        if self.global_batch is not None:
-            if self.global_batch % dp:
-                return []
-            options = _divisors(self.global_batch // dp)
-            pairs = [BatchOption(mb, self.global_batch) for mb in options]
-        else:
-            top = self.max_global_batch // dp
-            if top < 1:
-                return []
-            options = sorted(
-                set(_divisors(top)) | {2**k for k in range(top.bit_length()) if 2**k <= top}
-            )
-            pairs = [
-                BatchOption(mb, (self.max_global_batch // (dp * mb)) * dp * mb) for mb in options
-            ]
-        if self.micro_batch is not None:
-            pairs = [p for p in pairs if p.micro_batch in self.micro_batch]
-        return pairs
-
     def grids(self, tp: int) -> list[int]:
         """Rows r of the valid 2D grids r × tp/r for this tp (specs.tp_layout rules that involve only the
         model and the sequence: the others are the search's own canonical choices)."""
@@ -340,6 +320,11 @@ class SearchProblem(GridAxes):
         if (tp, cp) not in memo:
             memo[(tp, cp)] = self._layer_knobs(tp, cp)
         return memo[(tp, cp)]
+
+    @property
+    def stack_runs(self) -> tuple[str, ...]:
+        """The model-parallel kinds the stack's training loop runs (efficiency.runtime.parallelism)."""
+        return self.system.accelerator.efficiency.runtime.parallelism
 
     def _layer_knobs(self, tp: int, cp: int) -> tuple[LayerKnob, ...]:
         """layer_knobs, computed."""
@@ -374,6 +359,7 @@ class SearchProblem(GridAxes):
                     for rc in recompute
                     for ov in overlap
                     if launch.tp_overlap_allowed(self.framework, sp, ov)
+                    and not stack_parallelism_rules(self.stack_runs, ParallelDims(tp, cp), sp, ov)
                 ]
         return tuple(out)
 
@@ -459,7 +445,8 @@ class SearchProblem(GridAxes):
             (ep, etp)
             for ep in eps
             for etp in etps
-            if not expert_degree_rules(self.model, ParallelDims(tp, cp, dp, ep=ep, etp=etp))
+            if not expert_degree_rules(self.model, dims := ParallelDims(tp, cp, dp, ep=ep, etp=etp))
+            and not stack_parallelism_rules(self.stack_runs, dims)
         ]
 
     def expert_switches(self, ep: int, etp: int) -> tuple[tuple[str, bool], ...]:

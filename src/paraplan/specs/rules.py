@@ -231,23 +231,6 @@ def dualpipe_rule(pp: int, microbatches: int) -> str | None:
     return None
 
 
-def engine_zero_rule(engine: str, zero: int, pp: int) -> str | None:
-    """DeepSpeed's PipelineEngine refuses ZeRO stages that shard gradients: its constructor asserts
-    zero_optimization_stage() < ZeroStageEnum.gradients, "ZeRO-2 and ZeRO-3 are incompatible with
-    pipeline parallelism" (microsoft/DeepSpeed deepspeed/runtime/pipe/engine.py, PipelineEngine.__init__,
-    from v0.3 to 0050fdad): with pp > 1 the deepspeed engine takes zero 0 or 1 only. ``engine``: a per-stage
-    plan's plan.engine, a uniform plan's efficiency.runtime.pipeline_engine (its framework profile's). The
-    per-stage check (specs.stage_plan), the uniform estimate (step.estimate), the uniform search's state
-    options (search.grid_axes, search.launch.state_allowed) and the per-stage searches' pipeline depths
-    (search.staged.problem.depth_allowed) all ask it."""
-    if engine == "deepspeed" and pp > 1 and zero >= 2:
-        return (
-            f"DeepSpeed's PipelineEngine (pipeline engine deepspeed) refuses ZeRO-{zero} with pp={pp}; "
-            "allowed: zero 0 or 1 (or pp=1)"
-        )
-    return None
-
-
 def vpp_rule(pp: int, vpp: int) -> str | None:
     """Virtual pipeline stages (vpp > 1) interleave chunks of a pipeline: they need pp > 1."""
     return "needs pp > 1" if vpp > 1 and pp == 1 else None

@@ -8,9 +8,9 @@ copies the fitted constants already hold)."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal, get_args
 
-from pydantic import Field
+from pydantic import BeforeValidator, Field
 
 from paraplan.specs.strict import InputModel
 
@@ -21,12 +21,24 @@ FP8Recipe = Literal["delayed", "current", "blockwise", "mxfp8", "nvfp4"]
 GroupedGemm = Literal["te-multistream", "cutlass-grouped", "torch-grouped-mm", "deepgemm"]
 # the pipeline runtimes a stack runs with pp > 1 (FrameworkSpec.pipeline_engine, RuntimeCosts.pipeline_engine)
 PipelineEngine = Literal["megatron", "deepspeed", "torch", "none"]
+# the model-parallel kinds a stack's training loop may run (StackRuntimeFields.parallelism; data parallelism,
+# with ZeRO / FSDP sharding, every stack runs): tensor, sequence (over the TP group), TP comm-GEMM overlap,
+# pipeline, context and expert parallelism; specs.rules.stack_parallelism_rules
+Parallelism = Literal["tp", "sp", "tp_overlap", "pp", "cp", "ep"]
+PARALLELISMS: tuple[Parallelism, ...] = get_args(Parallelism)
 
 
 class StackRuntimeFields(InputModel):
     """The runtime mechanisms a framework profile states and the step reads as they are (declared once: the
     profile, specs.framework.FrameworkSpec, and the system's runtime, RuntimeCosts, both inherit them)."""
 
+    # a JSON / YAML list read as the tuple (strict validation takes no list for a tuple)
+    parallelism: Annotated[tuple[Parallelism, ...], BeforeValidator(tuple)] = Field(
+        PARALLELISMS,
+        description="the model-parallel kinds the stack's training loop runs (tp, sp: sequence parallelism, "
+        "tp_overlap: TP comm-GEMM overlap, pp, cp, ep); data parallelism and ZeRO / FSDP always. A plan using "
+        "another is refused and the search leaves it out (specs.rules.stack_parallelism_rules); default all",
+    )
     fp8_param_gather: bool = Field(
         False,
         description="fp8 runs keep fp8 primary weights and all-gather them in fp8 (1 B per parameter)",
@@ -202,7 +214,8 @@ class RuntimeCosts(StackRuntimeFields):
     pipeline_engine: PipelineEngine = Field(
         "megatron",
         description="the pipeline runtime of a uniform plan with pp > 1 (the profile's pipeline_engine), whose "
-        "rules the plan keeps: DeepSpeed's PipelineEngine refuses ZeRO-2/3 (specs.rules.engine_zero_rule)",
+        "rules the plan keeps: DeepSpeed's PipelineEngine refuses ZeRO-2/3 (specs.rules_stack.engine_zero_rule) and "
+        "runs 1F1B only (engine_schedule_rule)",
     )
     p2p_transfers_per_exchange: float = Field(
         1.0,

@@ -38,16 +38,20 @@ from paraplan.specs.model import ModelSpec
 from paraplan.specs.parallel import ParallelDims
 from paraplan.specs.plan import RuntimeFields
 from paraplan.specs.rules import (
-    engine_zero_rule,
     batch_rule,
     interleave_batch_rule,
     interleave_model_rule,
     per_stage_model_rule,
-    stage_spec_rule,
     stage_rules,
+    stage_spec_rule,
     vpp_rule,
 )
 from paraplan.specs.rules_precision import accelerators_rules
+from paraplan.specs.rules_stack import (
+    engine_schedule_rule,
+    engine_zero_rule,
+    stack_parallelism_rules,
+)
 from paraplan.specs.strict import InputModel
 
 
@@ -157,8 +161,8 @@ class StagePlanSpec(RuntimeFields):
             raise ValueError(
                 f"schedule={self.schedule} with vpp={self.vpp}: interleaved iff vpp > 1"
             )
-        if self.vpp > 1 and self.engine != "megatron":
-            raise ValueError(f"engine={self.engine} has no interleaved schedule; vpp must be 1")
+        if rule := engine_schedule_rule(self.engine, self.schedule, self.vpp, len(self.stages)):
+            raise ValueError(rule)
         if rule := engine_zero_rule(self.engine, self.zero, len(self.stages)):
             raise ValueError(rule)
         kinds = {s.layers is None for s in self.stages}
@@ -256,6 +260,7 @@ def stage_plan_violations(
             ops, rule = list(s.recompute_ops), "the stage holds no transformer layer"
             out.append(Violation(f"plan.stages.{i}.recompute_ops", ops, rule))
     out += stage_accelerator_violations(plan, [pools[name] for name in taken if name in pools])
+    out += stage_stack_violations(plan, [pools[name] for name in taken if name in pools])
     for name, count in taken.items():
         if name in pools and count > pools[name].gpu_count:
             rule = f"GPUs taken exceed the pool's {pools[name].gpu_count}"
@@ -268,6 +273,24 @@ def stage_accelerator_violations(plan: StagePlanSpec, pools) -> list[Violation]:
     (specs.rules_precision.accelerators_rules: accelerator_rules, the check a uniform plan gets, per accelerator)."""
     accelerators = [pool.system.accelerator for pool in pools]
     return [Violation(*r) for r in accelerators_rules(accelerators, plan.dtype, plan.attention)]
+
+
+def stage_stack_violations(plan: StagePlanSpec, pools) -> list[Violation]:
+    """The model-parallel kinds the plan uses that the stack of a pool its stages use does not run
+    (specs.rules_stack.stack_parallelism_rules on efficiency.runtime.parallelism, a uniform plan's check):
+    the stages' tp, the plan's pp, sequence parallelism and TP overlap (with tp > 1), each named once."""
+    out: list[Violation] = []
+    for pool in pools:
+        runs = pool.system.accelerator.efficiency.runtime.parallelism
+        for s in plan.stages:
+            tp_used = s.tp > 1
+            dims = ParallelDims(tp=s.tp, pp=plan.pp)
+            for rule in stack_parallelism_rules(
+                runs, dims, plan.sequence_parallel and tp_used, plan.overlap_tp_comm and tp_used
+            ):
+                if (v := Violation(*rule)) not in out:
+                    out.append(v)
+    return out
 
 
 def _coverage_violations(plan: StagePlanSpec, model: ModelSpec) -> list[Violation]:

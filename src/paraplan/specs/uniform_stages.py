@@ -50,6 +50,16 @@ CARRIED_FIELDS = frozenset(
     }
 )
 STAGE_SCHEDULES: tuple[str, ...] = get_args(StagePlanSpec.model_fields["schedule"].annotation)
+STAGE_ENGINES: tuple[str, ...] = get_args(StagePlanSpec.model_fields["engine"].annotation)
+
+
+def stage_engine(pipeline_engine: str) -> str:
+    """The per-stage plan's pipeline runtime (StagePlanSpec.engine) of a stack whose framework profile states
+    ``pipeline_engine`` (efficiency.runtime.pipeline_engine): the profile's own where the per-stage estimator
+    has its rules (step.engines.ENGINES: megatron, deepspeed); megatron for torch and none, whose EngineRules
+    fields at 0 read the stack's own exchanges, batch syncs and tied-gradient bytes, as a uniform plan of that
+    stack reads them."""
+    return pipeline_engine if pipeline_engine in STAGE_ENGINES else "megatron"
 
 
 def even_layer_split(layers: int, stages: int) -> tuple[int, ...]:
@@ -118,10 +128,14 @@ def uniform_plan_violations(plan: PlanSpec, model: ModelSpec) -> list[Violation]
     return out
 
 
-def uniform_stage_plan(plan: PlanSpec, model: ModelSpec, pool: str) -> StagePlanSpec:
+def uniform_stage_plan(
+    plan: PlanSpec, model: ModelSpec, pool: str, pipeline_engine: str = "megatron"
+) -> StagePlanSpec:
     """The per-stage plan of a uniform plan on pool ``pool``: pp stages of tp·dp GPUs each, the model's
     transformer layers (encoder, then decoder) split by stage_layer_split, the run-wide knobs (the
-    interleaved schedule's vpp among them) carried over.
+    interleaved schedule's vpp among them) carried over, the pipeline runtime the stack's profile states
+    (``pipeline_engine``: efficiency.runtime.pipeline_engine, as plan.engine by stage_engine), whose rules
+    the per-stage plan then keeps (specs.rules_stack, StagePlanSpec's check).
     Megatron-LM (before Megatron-Core) instead gives each T5 stage encoder or decoder layers only, split at
     --pipeline-model-parallel-split-rank (pretrain_t5.py, "Pipeline parallelism for T5"), with a second
     embedding on the split rank (megatron/training.py get_model: pre_process = rank == 0 or rank ==
@@ -159,6 +173,7 @@ def uniform_stage_plan(plan: PlanSpec, model: ModelSpec, pool: str) -> StagePlan
             "overlap_param_gather": plan.overlap_param_gather,
             "overlap_tp_comm": plan.overlap_tp_comm,
             **runtime_fields_of(plan),
+            "engine": stage_engine(pipeline_engine),
             "stages": stages,
         }
     )

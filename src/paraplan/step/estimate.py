@@ -31,12 +31,16 @@ from paraplan.specs.plan import (
 )
 from paraplan.specs.recompute import modules_of
 from paraplan.specs.rules import (
-    engine_zero_rule,
     host_capacity_bytes,
     offload_rule,
     uniform_model_violations,
 )
 from paraplan.specs.rules_precision import accelerator_rules
+from paraplan.specs.rules_stack import (
+    engine_schedule_rule,
+    engine_zero_rule,
+    stack_parallelism_rules,
+)
 from paraplan.specs.system import SystemSpec
 from paraplan.step.build import (
     BLOCK_KINDS,
@@ -60,13 +64,13 @@ from paraplan.step.placement import (
     position_spans,
 )
 from paraplan.step.result import CommCost, Estimate, OpCost, StageMemory, TimeBreakdown
-from paraplan.step.stage_totals import early_stop_flops_per_token
 from paraplan.step.stage_memory import (
     ddp_buckets,
     dualpipe_memory_terms,
     memory_at,
     stage_holdings,
 )
+from paraplan.step.stage_totals import early_stop_flops_per_token
 
 _BREAKDOWN_FIELDS = tuple(f.name for f in fields(TimeBreakdown))
 _MEMORY_FIELDS = tuple(f.name for f in fields(StageMemory))
@@ -118,12 +122,24 @@ def recompute_modules(plan: PlanSpec) -> tuple[str, ...]:
 def _system_violations(plan: PlanSpec, system: SystemSpec) -> list[Violation]:
     """The plan's rules on this system: dtype, fp8 recipe and attention kernel
     (specs.rules_precision.accelerator_rules), the ZeRO stages its pipeline runtime takes at its depth
-    (specs.rules.engine_zero_rule, efficiency.runtime.pipeline_engine: the framework profile's), offloading
-    over a declared host link into declared host memory (specs.rules.offload_rule)."""
+    and the schedules (specs.rules_stack.engine_zero_rule, engine_schedule_rule; efficiency.runtime.
+    pipeline_engine: the framework profile's), the model-parallel kinds the stack's loop runs
+    (specs.rules_stack.stack_parallelism_rules, efficiency.runtime.parallelism), offloading over a declared
+    host link into declared host memory (specs.rules.offload_rule)."""
     acc = system.accelerator
+    runtime = acc.efficiency.runtime
     out = [Violation(*rule) for rule in accelerator_rules(acc, plan.dtype, plan.attention)]
-    if rule := engine_zero_rule(acc.efficiency.runtime.pipeline_engine, plan.zero, plan.pp):
+    out += [
+        Violation(*rule)
+        for rule in stack_parallelism_rules(
+            runtime.parallelism, plan.dims, plan.sequence_parallel, plan.overlap_tp_comm
+        )
+    ]
+    if rule := engine_zero_rule(runtime.pipeline_engine, plan.zero, plan.pp):
         out.append(Violation("plan.zero", plan.zero, rule))
+    schedule = plan.pipeline_schedule
+    if rule := engine_schedule_rule(runtime.pipeline_engine, schedule, plan.vpp, plan.pp):
+        out.append(Violation("plan.schedule", schedule, rule))
     offloads = plan.offload_weights or plan.offload_activations or plan.offload_optimizer
     if rule := offload_rule(offloads, acc.host_bandwidth, acc.host_memory, system.name):
         out.append(Violation("plan.offload", True, rule))

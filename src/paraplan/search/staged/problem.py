@@ -13,9 +13,16 @@ from paraplan.specs.cluster import ClusterSpec
 from paraplan.specs.errors import InputError, Violation
 from paraplan.specs.framework import FrameworkSpec
 from paraplan.specs.model import ModelSpec
+from paraplan.specs.parallel import ParallelDims
 from paraplan.specs.plan import RUNTIME_FIELDS, RuntimeFields, runtime_of
-from paraplan.specs.rules import engine_zero_rule, per_stage_model_rule
+from paraplan.specs.rules import per_stage_model_rule
 from paraplan.specs.rules_precision import accelerators_rules, cluster_default_precision
+from paraplan.specs.rules_stack import (
+    engine_schedule_rule,
+    engine_zero_rule,
+    stack_parallelism_rules,
+)
+from paraplan.specs.uniform_stages import stage_engine
 from paraplan.step.per_stage import Common, StageSetting, common_of
 
 
@@ -95,6 +102,7 @@ def profile_fields(profile: FrameworkSpec, cluster_spec: ClusterSpec) -> tuple[C
     search.launch.staged_fields states), the one reading of a profile by the per-stage searches."""
     fields = {k: getattr(profile, k) for k in PLAN_DEFAULTS if k not in RUNTIME_FIELDS}
     fields["runtime"] = runtime_of(profile)
+    fields["engine"] = stage_engine(profile.pipeline_engine)  # the profile's pipeline runtime
     staged = launch.staged_fields(profile.name, profile.overlap_tp_comm)
     fields |= {"framework": profile.name, **staged}
     return framework_cluster(profile, cluster_spec), fields
@@ -111,13 +119,37 @@ def under_profile(
 
 
 def depth_allowed(problem: HeteroProblem, pp: int) -> bool:
-    """Does the problem's pipeline runtime take its ZeRO stage at ``pp`` stages (specs.rules.engine_zero_rule,
-    the per-stage plan's check: DeepSpeed's PipelineEngine refuses ZeRO-2/3 with pp > 1)? The pipeline
-    depths both per-stage searches list (search.staged.hetero, search.staged.non_uniform)."""
-    return engine_zero_rule(problem.engine, problem.zero, pp) is None
+    """Does the problem's pipeline runtime take its ZeRO stage and its schedule at ``pp`` stages
+    (specs.rules_stack.engine_zero_rule, engine_schedule_rule: the per-stage plan's checks; DeepSpeed's
+    PipelineEngine refuses ZeRO-2/3 and any schedule but 1F1B with pp > 1), and do the stacks of the
+    cluster's pools run pipeline parallelism at all (stack_parallelism_rules)? The pipeline depths both
+    per-stage searches list (search.staged.hetero, search.staged.non_uniform)."""
+    return (
+        engine_zero_rule(problem.engine, problem.zero, pp) is None
+        and engine_schedule_rule(problem.engine, problem.schedule, problem.vpp, pp) is None
+        and not _stack_refusals(problem, ParallelDims(pp=pp))
+    )
+
+
+def _stack_refusals(problem: HeteroProblem, dims: ParallelDims) -> list:
+    """specs.rules_stack.stack_parallelism_rules of ``dims`` (with the problem's sequence parallelism and TP
+    overlap) on each pool's stack (efficiency.runtime.parallelism), the per-stage check's rule."""
+    return [
+        rule
+        for pool in problem.cluster.pools
+        for rule in stack_parallelism_rules(
+            pool.system.accelerator.efficiency.runtime.parallelism,
+            dims,
+            problem.sequence_parallel and dims.tp > 1,
+            problem.overlap_tp_comm and dims.tp > 1,
+        )
+    ]
 
 
 def launchable(problem: HeteroProblem, settings: list[StageSetting]) -> bool:
-    """Does the framework's launcher run these stage settings (search.launch.stage_plan_allowed)?"""
+    """Does the framework's launcher run these stage settings (search.launch.stage_plan_allowed), and the
+    stacks of the pools their tensor parallelism (_stack_refusals, the per-stage check's rule)?"""
+    if any(_stack_refusals(problem, ParallelDims(tp=s.dims.tp)) for s in settings):
+        return False
     stages = [(s.dims.tp, s.dims.dp, s.recompute, tuple(s.recompute_ops)) for s in settings]
     return launch.stage_plan_allowed(problem.framework, problem, stages)

@@ -111,7 +111,9 @@ def uniform_seeds(problem: HeteroProblem, deadline: float) -> list[UniformSeed]:
     for ranked in result.plans:
         if unsupported_field_violations(ranked.plan):
             continue
-        plan = uniform_stage_plan(ranked.plan, problem.model, problem.cluster.pools[0].name)
+        plan = uniform_stage_plan(
+            ranked.plan, problem.model, problem.cluster.pools[0].name, problem.engine
+        )
         try:
             seeded = replace(problem, **{name: getattr(plan, name) for name in SEEDED_FIELDS})
         except InputError:  # run-wide settings the framework's launcher cannot state

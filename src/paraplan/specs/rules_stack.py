@@ -1,0 +1,95 @@
+"""What a stack's runtime runs, each rule written once (the plan rules' module, specs.rules, has the others):
+the ZeRO stages and pipeline schedules of its pipeline engine (a per-stage plan's plan.engine, a uniform plan's
+efficiency.runtime.pipeline_engine: the framework profile's), and the model-parallel kinds its training loop
+runs (efficiency.runtime.parallelism, specs.runtime.StackRuntimeFields). The uniform estimate
+(step.estimate._system_violations), the per-stage check (specs.stage_plan), the uniform search (search.space
+factorizations and layer knobs, search.grid_axes schedule and state options, search.launch.state_allowed)
+and the per-stage searches (search.staged.problem.depth_allowed) all ask them.
+"""
+
+from __future__ import annotations
+
+from paraplan.specs.parallel import ParallelDims
+from paraplan.specs.runtime import PARALLELISMS
+
+Rule = tuple[str, object, str]  # (field, value, rule) before it becomes a Violation
+
+# the pipeline schedules (with one model chunk per stage, vpp 1) an engine runs with pp > 1; an engine not
+# named runs every schedule the plan rules allow (specs.plan, specs.rules)
+ENGINE_SCHEDULES = {"deepspeed": ("1f1b",)}
+
+
+def engine_zero_rule(engine: str, zero: int, pp: int) -> str | None:
+    """DeepSpeed's PipelineEngine refuses ZeRO stages that shard gradients: its constructor asserts
+    zero_optimization_stage() < ZeroStageEnum.gradients, "ZeRO-2 and ZeRO-3 are incompatible with
+    pipeline parallelism" (microsoft/DeepSpeed deepspeed/runtime/pipe/engine.py, PipelineEngine.__init__,
+    from v0.3 to 0050fdad): with pp > 1 the deepspeed engine takes zero 0 or 1 only. ``engine``: a per-stage
+    plan's plan.engine, a uniform plan's efficiency.runtime.pipeline_engine (its framework profile's). The
+    per-stage check (specs.stage_plan), the uniform estimate (step.estimate), the uniform search's state
+    options (search.grid_axes, search.launch.state_allowed) and the per-stage searches' pipeline depths
+    (search.staged.problem.depth_allowed) all ask it."""
+    if engine == "deepspeed" and pp > 1 and zero >= 2:
+        return (
+            f"DeepSpeed's PipelineEngine (pipeline engine deepspeed) refuses ZeRO-{zero} with pp={pp}; "
+            "allowed: zero 0 or 1 (or pp=1)"
+        )
+    return None
+
+
+def engine_schedule_rule(engine: str, schedule: str, vpp: int, pp: int) -> str | None:
+    """DeepSpeed's PipelineEngine runs one training schedule: PipelineEngine.train_batch builds
+    ``schedule.TrainSchedule`` and nothing else (microsoft/DeepSpeed deepspeed/runtime/pipe/engine.py: line 280
+    at v0.3.13, 367 at 0050fdad, 386 at v0.16.4), whose steps() run 2·(m + p − 1) steps alternating one
+    forward and one backward micro-batch per stage after the warm-up, with min(p − stage, m) buffers in flight
+    (pipe/schedule.py TrainSchedule.steps, num_pipe_buffers: "For synchronous 1F1B"): the 1F1B schedule, over
+    one contiguous part of the PipelineModule per stage (no model chunks). With pp > 1 the deepspeed engine
+    takes schedule 1f1b and vpp 1 only (ENGINE_SCHEDULES); interleaved, GPipe, zb-h1 and DualPipe are refused."""
+    allowed = ENGINE_SCHEDULES.get(engine)
+    if allowed is None or pp == 1 or (schedule in allowed and vpp == 1):
+        return None
+    return (
+        f"DeepSpeed's PipelineEngine (pipeline engine {engine}) runs its TrainSchedule (1F1B) only, one "
+        f"model chunk per stage; got schedule={schedule}, vpp={vpp} with pp={pp}; allowed: schedule "
+        f"{', '.join(allowed)} with vpp 1 (or pp=1)"
+    )
+
+
+# (parallelism kind, plan field, what it is) in the order a plan's violations name them
+_KINDS = (
+    ("tp", "tp", "tensor parallelism"),
+    ("sp", "sequence_parallel", "sequence parallelism"),
+    ("tp_overlap", "overlap_tp_comm", "TP comm-GEMM overlap"),
+    ("pp", "pp", "pipeline parallelism"),
+    ("cp", "cp", "context parallelism"),
+    ("ep", "ep", "expert parallelism"),
+)
+
+
+def stack_parallelism_rules(
+    runs: tuple[str, ...],
+    dims: ParallelDims,
+    sequence_parallel: bool = False,
+    overlap_tp_comm: bool = False,
+) -> list[Rule]:
+    """(field, value, rule) for every model-parallel kind the plan uses that the stack's training loop does not
+    run (``runs``: efficiency.runtime.parallelism, the framework profile's, each entry cited there): tp > 1,
+    sequence parallelism, TP comm overlap, pp > 1, cp > 1, ep > 1. Empty where the stack runs them all."""
+    if len(runs) == len(PARALLELISMS):
+        return []
+    used = {
+        "tp": dims.tp > 1,
+        "sp": bool(sequence_parallel),
+        "tp_overlap": bool(overlap_tp_comm),
+        "pp": dims.pp > 1,
+        "cp": dims.cp > 1,
+        "ep": dims.ep > 1,
+    }
+    values = {"tp": dims.tp, "pp": dims.pp, "cp": dims.cp, "ep": dims.ep}
+    stated = ", ".join(runs) or "none beyond data parallelism"
+    out = []
+    for kind, field, what in _KINDS:
+        if used[kind] and kind not in runs:
+            allowed = "false" if kind in ("sp", "tp_overlap") else "1"
+            why = f"the stack's training loop runs no {what} (its framework profile's parallelism: {stated})"
+            out.append((f"plan.{field}", values.get(kind, True), f"{why}; allowed: {allowed}"))
+    return out

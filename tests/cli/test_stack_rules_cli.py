@@ -1,0 +1,70 @@
+"""What a stack's runtime runs, refused in one line with exit 2 by the estimate and left out by the search
+(specs.rules_stack): DeepSpeed's PipelineEngine runs its TrainSchedule (1F1B, one chunk per stage) only
+(engine_schedule_rule, the megatron-deepspeed profile's pipeline_engine), and the Hugging Face Trainer and the
+single-GPU PyTorch loops run only the model-parallel kinds their profiles' ``parallelism`` states
+(stack_parallelism_rules)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from tests.cli.test_engine_recipe_rules_cli import one_line_error
+
+GPT = ["--model", "gpt3-1.3b", "--system", "dgx-a100-80gb", "--gpus", "8", "--global-batch", "64"]
+
+
+@pytest.mark.parametrize(
+    "extra, schedule",
+    [
+        (["--vpp", "2"], "interleaved"),
+        (["--schedule", "gpipe"], "gpipe"),
+        (["--schedule", "zb-h1"], "zb-h1"),
+    ],
+)
+def test_deepspeed_pipeline_engine_refuses_schedules_it_does_not_run(cli, extra, schedule):
+    argv = [*GPT, "--framework", "megatron-deepspeed", "--pp", "2", "--micro-batch", "1", *extra]
+    line = one_line_error(cli("estimate", *argv))
+    for text in (
+        f"plan.schedule: '{schedule}' is not allowed",
+        "TrainSchedule",
+        "allowed: schedule 1f1b",
+    ):
+        assert text in line, (text, line)
+    code, _, err = cli("estimate", *GPT, "--framework", "megatron-deepspeed", "--pp", "2")
+    assert code == 0, err  # 1F1B runs
+
+
+def test_search_under_deepspeeds_pipeline_engine_returns_1f1b_rows_only(cli):
+    argv = [*GPT, "--framework", "megatron-deepspeed", "--pp", "2", "--top", "100", "--json"]
+    code, out, err = cli("search", *argv)
+    assert code == 0, err
+    plans = [p["plan"] for p in json.loads(out)["plans"]]
+    assert plans and {(p["schedule"] or "1f1b", p["vpp"]) for p in plans} == {("1f1b", 1)}
+
+
+@pytest.mark.parametrize(
+    "framework, extra, field",
+    [
+        ("hf-transformers", ["--pp", "2"], "plan.pp: 2"),
+        ("hf-transformers", ["--tp", "2", "--overlap-tp-comm"], "plan.overlap_tp_comm: True"),
+        ("hf-transformers-fsdp", ["--tp", "2"], "plan.tp: 2"),
+        ("hf-transformers-deepspeed", ["--pp", "2"], "plan.pp: 2"),
+        ("pytorch-eager", ["--tp", "2", "--sequence-parallel"], "plan.sequence_parallel: True"),
+    ],
+)
+def test_estimate_refuses_parallelism_the_stacks_loop_does_not_run(cli, framework, extra, field):
+    line = one_line_error(cli("estimate", *GPT, "--framework", framework, *extra))
+    assert f"{field} is not allowed" in line and "the stack's training loop runs no" in line, line
+
+
+@pytest.mark.parametrize("framework", ["hf-transformers", "hf-transformers-fsdp", "pytorch-eager"])
+def test_search_under_a_trainer_or_plain_loop_proposes_only_what_it_runs(cli, framework):
+    code, out, err = cli("search", *GPT, "--framework", framework, "--top", "100", "--json")
+    assert code == 0, err
+    plans = [p["plan"] for p in json.loads(out)["plans"]]
+    assert plans and all(p["pp"] == 1 and not p["overlap_tp_comm"] for p in plans)
+    if (
+        framework != "hf-transformers"
+    ):  # Trainer v4.46.0 / the one-device loop: no model parallelism at all
+        assert all(p["tp"] == 1 and p["cp"] == 1 and not p["sequence_parallel"] for p in plans)
