@@ -177,8 +177,12 @@ def test_non_uniform_keeps_the_budget_from_its_first_second_and_says_where_it_st
         "1",
         codes=(0, 1),
     )
-    assert "stopped: while finding the AMP-style start plan: time budget" in out or (
-        "finished: bottleneck alleviation ran to its end within the time budget" in out
+    # the budget ends the search in one of its phases (which one depends on the machine's speed): while the
+    # AMP-style start plan is found, during the alleviation from the starts, or not at all
+    assert (
+        "stopped: while finding the AMP-style start plan: time budget" in out
+        or "stopped: time budget 1 s reached:" in out
+        or "finished: bottleneck alleviation ran to its end within the time budget" in out
     )
     assert time.perf_counter() - t0 < 1.0 + 4.0
     cluster = uniform_cluster(load_system("dgx-a100-80gb"), 512)
