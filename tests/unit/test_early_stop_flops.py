@@ -15,6 +15,7 @@ from paraplan.graph.ops import Op, early_stop_tail
 from paraplan.specs.cluster import uniform_cluster
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.plan import PlanSpec
+from paraplan.specs.runtime import PARALLELISMS
 from paraplan.specs.stage_plan import stage_plan_from_dict
 from paraplan.specs.uniform_stages import uniform_stage_plan
 from paraplan.step.estimate import estimate, layer_shape
@@ -43,11 +44,15 @@ RECOMPUTE_PER_TOKEN = 2 * 1_572_864 + 2 * 66_048  # 3_277_824: 2·N_layers + one
 OUTPUT_GEMM_PER_TOKEN = 2 * 2 * 1024 * 256  # 1_048_576: 2·f·h per layer, L = 2
 
 
-def _estimate(framework: str, **plan):
+def _estimate(framework: str, every_parallelism: bool = False, **plan):
+    """The tiny GPT under ``framework``'s profile. ``every_parallelism``: the profile with every parallel kind
+    allowed (the eager profiles' one-device loops run no pipeline, specs.rules_stack.stack_parallelism_rules;
+    the two-stage tests check the FLOP rule on their stack all the same)."""
     model = ModelSpec(**GPT)
-    system, fields = apply_framework(
-        load_framework(framework), load_system("dgx-h100-80gb"), PLAN | plan
-    )
+    profile = load_framework(framework)
+    if every_parallelism:
+        profile = profile.model_copy(update={"parallelism": PARALLELISMS})
+    system, fields = apply_framework(profile, load_system("dgx-h100-80gb"), PLAN | plan)
     return model, system, PlanSpec(**fields)
 
 
@@ -109,7 +114,7 @@ def test_no_tail_after_an_fp8_cast():
 def test_per_stage_counts_each_fully_recomputed_stage():
     """Stage 0 (layer 1) fully recomputed, stage 1 (layer 2) not: the hardware FLOPs add stage 0's half of
     the recomputation less its one output GEMM, 256 · (11_369_472 + 3_277_824 / 2 − 524_288)."""
-    model, system, _ = _estimate("pytorch-eager", recompute="full")
+    model, system, _ = _estimate("pytorch-eager", every_parallelism=True, recompute="full")
     cluster = uniform_cluster(system, 2)
     pool = cluster.pools[0].name
     plan = stage_plan_from_dict(
@@ -133,7 +138,9 @@ def test_per_stage_counts_each_fully_recomputed_stage():
 
 @pytest.mark.parametrize("framework", ["pytorch-eager", "pytorch-eager-bf16", "pytorch-compile"])
 def test_uniform_and_per_stage_hardware_flops_agree(framework):
-    model, system, plan = _estimate(framework, recompute="full", gpus=4, pp=2, dp=2, global_batch=4)
+    model, system, plan = _estimate(
+        framework, every_parallelism=True, recompute="full", gpus=4, pp=2, dp=2, global_batch=4
+    )
     cluster = uniform_cluster(system, plan.gpus)
     uniform = estimate(model, system, plan)
     per_stage = estimate_stage_plan(
