@@ -18,6 +18,7 @@ from paraplan.specs.plan import PlanSpec
 from paraplan.step import tail
 from paraplan.step.estimate import step_inputs
 from paraplan.step.inputs import Stage, calls_of, stage_params, stage_work, zero3_group_calls
+from paraplan.step.stage_memory import zero3_gathered_bytes, zero3_unit_params
 
 QWEN = load_model("qwen3-30b-a3b")  # 48 MoE layers, 128 experts of 3·2048·768 parameters, top 8
 H100 = load_system("dgx-h100-80gb")  # 8 GPUs per NVLink domain
@@ -133,3 +134,20 @@ def test_tail_exposes_fewer_latencies_than_one_of_each_per_block(monkeypatch):
     )
     before = tail.tail_terms(inp, stage, work)[0]
     assert 0 < now < before
+
+
+def test_gathered_unit_is_a_moe_layer_with_its_experts():
+    """qwen3-30b-a3b, ep 8, ZeRO-3 at prefetch depth 1: resident gathered weights (1 + 1)·(P_layer + P_experts)
+    × the gathered bytes per parameter, the MoE layer (attention, router, norms) with its 16 local experts,
+    not the larger of the two alone; a dense model keeps its largest block."""
+    inp = step_inputs(QWEN, H100, _plan())
+    stage = inp.stages[0]
+    blocks = {b.kind: b for b, n in stage.blocks if n}
+    layer, experts = blocks["moe_layer"].params, blocks["experts"].params
+    assert experts == 16 * 3 * 2048 * 768 and 0 < layer < experts
+    assert zero3_unit_params(stage) == layer + experts
+    assert inp.zero3_root_held == 0.0 and inp.gathered_weight_bytes == 2.0
+    assert zero3_gathered_bytes(inp, stage) == 2.0 * (layer + experts) * 2.0
+    dense = step_inputs(load_model("gpt3-13b"), H100, _plan(ep=1, global_batch=16, seq_length=2048))
+    decoder = {b.kind: b for b, n in dense.stages[0].blocks if n}["decoder"]
+    assert zero3_unit_params(dense.stages[0]) == decoder.params
