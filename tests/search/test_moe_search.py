@@ -148,10 +148,13 @@ def test_moe_tp_without_sequence_parallel_is_not_in_the_space():
     assert all(knob[0] for knob in p.layer_knobs(2, 1))
 
 
-def test_search_columns_carry_the_expert_knobs_and_match_the_estimate():
+@pytest.mark.parametrize("zero", [1, 3])
+def test_search_columns_carry_the_expert_knobs_and_match_the_estimate(zero):
     """The CSV columns of a candidate are its plan: ep / etp / dispatcher / overlap / schedule, and the
-    step time the vectorised path gives equals estimate() of that plan."""
-    p = mixtral_problem()
+    step time the vectorised path gives equals estimate() of that plan; under ZeRO-3 too, with the dense and
+    expert groups' block collectives (step.inputs.zero3_group_calls) and the gathered MoE layer with its experts
+    (step.stage_memory.zero3_unit_params)."""
+    p = mixtral_problem(zero=(zero,))
     table = RowTable(p)
     options = GridIndex(p, table)
     rows = [r for r in range(table.size) if options.lengths[r]][::7][:12]

@@ -13,7 +13,7 @@ from operator import attrgetter
 from typing import Any
 
 from paraplan.cost.comm import LinearCollective
-from paraplan.cost.elementwise import any_positive, is_array, maximum, where
+from paraplan.cost.elementwise import any_positive, is_array, maximum, where, where_all
 from paraplan.specs.system import OPTIMIZER_BYTES_PER_PARAM
 from paraplan.step.block_terms import BLOCK_TERM_NAMES, BlockCost
 from paraplan.step.blocks import TRANSFORMER_KINDS  # kinds Korthikanti et al. 2022 Fig. 1 counts
@@ -277,3 +277,27 @@ def stage_params(stage: Stage, group: str, kinds: tuple[str, ...] | None = None)
 def shard_ways(inp: StepInputs, group: GradientGroup, from_zero: int) -> Num:
     """How many ways ZeRO shards a state over the group: its size from stage ``from_zero`` on, else 1."""
     return where(inp.knobs.zero >= from_zero, group.size, 1)
+
+
+def calls_of(stage: Stage) -> Num:
+    """ZeRO-3 block calls of a stage: one gather and one reduce-scatter per block, each block its own unit."""
+    return sum_blocks(stage, lambda b: 1.0)
+
+
+def zero3_group_calls(stage: Stage, name: str, calls: Num, per_call: Num) -> tuple[Num, Num]:
+    """(share, per group call) of gradient group ``name``'s ZeRO-3 collectives on a stage of L = ``calls`` block
+    calls (``per_call`` = 1/L): the group gathers and reduce-scatters once per block it holds, n_g calls of
+    P_g/n_g parameters each, so each block call carries share = n_g/L of one group collective of 1/n_g of the
+    group's parameters (the L calls then issue n_g collectives, n_g latencies: time = n_g·(P_g·a/n_g + l) =
+    P_g·a + n_g·l). A group every block holds (every dense model) gives (1, 1/L): one collective per call.
+
+    A MoE layer of torchtitan under FSDP2 with EP is two units: apply_fsdp (torchtitan/models/llama4/infra/
+    parallelize.py and models/deepseek_v3/infra/parallelize.py at 7e4ab859, 2025-12-29) wraps
+    ``transformer_block.moe.experts`` with fully_shard on the expert-data-parallel mesh (``edp_mesh``, "efsdp":
+    the routed experts, which EP already shards on dim 0) and the TransformerBlock (attention, router, shared
+    experts, norms) on the dense ``dp_mesh``: per MoE layer one gather of each group, not one of each per block
+    of the stage (the routed ``experts`` block and the MoE layer are two of its blocks: step.blocks.BLOCK_KINDS)."""
+    own = sum_blocks(stage, lambda b: 1.0 if b.gradient_group == name else 0.0)
+    same = own == calls
+    share = where_all(same, 1.0, own / maximum(calls, 1.0))
+    return share, where_all(same, per_call, 1.0 / maximum(own, 1.0))

@@ -257,14 +257,35 @@ def zero3_gathered_bytes(inp: StepInputs, stage: Stage) -> Num:
     the stage's transformer-layer parameters at the end of the warm-up forwards. Plus, where the runtime keeps
     its root gathered (``zero3_root_held``), the stage's blocks outside the transformer layers
     (``zero3_root_bytes``)."""
-    layer = (1.0 + maximum(*zero3_prefetch_depths(inp))) * max_blocks(
-        stage, lambda b: b.params, TRANSFORMER_KINDS
-    )
+    layer = (1.0 + maximum(*zero3_prefetch_depths(inp))) * zero3_unit_params(stage)
     largest = max_blocks(stage, lambda b: b.largest_weight_params, TRANSFORMER_KINDS)
     live = minimum(layer, maximum(inp.zero3_live_params, largest))
     every = transformer_params(stage)
     kept = where(zero3_pp_keeps(inp), maximum(live, every), live)
     return kept * inp.gathered_weight_bytes + zero3_root_bytes(inp, stage, every)
+
+
+# the layer kinds whose MLP is a routed-expert MoE (each has one ``experts`` block: step.layout's routed count)
+ROUTED_LAYER_KINDS = ("moe_layer", "mtp")
+
+
+def zero3_unit_params(stage: Stage) -> Num:
+    """Parameters per GPU of the stage's largest ZeRO-3 gather unit of its transformer layers: a layer, where its
+    MLP is a routed MoE (``ROUTED_LAYER_KINDS``) with its routed experts (the ``experts`` block, one per such
+    layer): max over layers of P_layer (+ P_experts). torchtitan under FSDP2 gathers a MoE layer's routed experts
+    with its block: with EP they are their own unit on the efsdp mesh, prefetched with the next block, and
+    without EP part of the block's (apply_fsdp, torchtitan/models/llama4/infra/parallelize.py at 7e4ab859:
+    ``set_modules_to_forward_prefetch([next_transformer_block, next_transformer_block.moe.experts])``, the
+    backward's ``[prev_transformer_block, prev_transformer_block.moe.experts]``; fully_shard of
+    ``transformer_block.moe.experts`` only where ``ep_degree > 1``). A dense model's is its largest block."""
+    experts = max_blocks(stage, lambda b: b.params, ("experts",))
+    if scalar_zero(experts):  # no routed experts: 0 × the finite counts, without adding them
+        return max_blocks(stage, lambda b: b.params, TRANSFORMER_KINDS)
+    return max_blocks(
+        stage,
+        lambda b: b.params + experts if b.kind in ROUTED_LAYER_KINDS else b.params,
+        TRANSFORMER_KINDS,
+    )
 
 
 def zero3_root_bytes(inp: StepInputs, stage: Stage, layer_params: Num) -> Num:

@@ -25,10 +25,12 @@ from paraplan.step.inputs import (
     Stage,
     StepInputs,
     backward_s,
+    calls_of,
     forward_s,
     shard_ways,
     stage_params,
     sum_blocks,
+    zero3_group_calls,
     zero3_pp_keeps,
     zero3_prefetch_depths,
 )
@@ -113,11 +115,11 @@ def tail_terms(
     (cost.host.step_host_overhead_s), whichever is longer, or both under synchronous launches
     (cost.host.launch_blocking_idle_s)."""
     forward_window, backward_window = overlap_windows(inp, stage, work)
-    calls = sum_blocks(stage, lambda b: 1.0)  # ZeRO-3 gathers / reduce-scatters one block at a time
+    calls = calls_of(stage)  # ZeRO-3 gathers / reduce-scatters one block at a time
     per_call = 1.0 / maximum(calls, 1.0)
     branch_of = zero_branch(inp.knobs.zero)
     branches = zero_branches(inp.knobs.zero, branch_of)
-    traffic = _dp_traffic(inp, stage, branches, per_call)
+    traffic = _dp_traffic(inp, stage, branches, (calls, per_call))
     time, price = traffic.time, traffic.price
     grad_window = backward_window * inp.knobs.overlap_dp_grad_reduce
     gather_window = forward_window * inp.knobs.overlap_param_gather
@@ -310,11 +312,12 @@ class _Traffic:
     )
 
 
-def _dp_traffic(inp: StepInputs, stage: Stage, branches: tuple, per_call: Num) -> _Traffic:
+def _dp_traffic(inp: StepInputs, stage: Stage, branches: tuple, blocks: tuple) -> _Traffic:
     """The time and hidden price of each data-parallel call kind the ZeRO branches need, summed over
     the stage's gradient groups (each group's parameters in buckets; ZeRO-3 one block per call), with
     DeepSpeed 2021's per-tensor collectives (step.zero3_legacy: run-wide knobs, off for every other
-    framework)."""
+    framework). ``blocks``: the stage's ZeRO-3 block calls L and 1/L."""
+    calls, per_call = blocks
     tensor_gathers = any_positive(inp.zero3_tensor_gathers)
     tensor_reduces = any_positive(inp.zero3_tensor_reduces)
     copies = any_positive(
@@ -332,7 +335,10 @@ def _dp_traffic(inp: StepInputs, stage: Stage, branches: tuple, per_call: Num) -
             params / maximum(DP_BUCKET_MIN_PARAMS, DP_BUCKET_PARAMS_PER_RANK * group.size)
         )
         t.buckets = maximum(t.buckets, bucket)
-        sizes = _collective_calls(inp, group, params, bucket, per_call)
+        share, own_per_call = (
+            zero3_group_calls(stage, name, calls, per_call) if 3 in branches else (1.0, per_call)
+        )
+        sizes = _collective_calls(inp, group, params, bucket, own_per_call, share)
         for kind in kinds:
             form, size, n = sizes[kind]
             tiers = form.tier_times_s(size)  # what time_s and hidden_price_s both read
@@ -344,12 +350,12 @@ def _dp_traffic(inp: StepInputs, stage: Stage, branches: tuple, per_call: Num) -
                 t_x, p_x, fwd, persist = legacy.tensor_gather_terms(
                     form, size, group.size, stage, inp, name
                 )
-                t.time[kind], t.price[kind] = t.time[kind] + t_x, t.price[kind] + p_x
+                t.time[kind], t.price[kind] = t.time[kind] + n * t_x, t.price[kind] + n * p_x
                 t.forward_delta = legacy.add_pair(t.forward_delta, fwd)
                 t.persistent = t.persistent + persist
             if kind == "layer_reduce" and tensor_reduces:
                 t_x, p_x, host = legacy.tensor_reduce_terms(form, size, group.size, stage, inp)
-                t.time[kind], t.price[kind] = t.time[kind] + t_x, t.price[kind] + p_x
+                t.time[kind], t.price[kind] = t.time[kind] + n * t_x, t.price[kind] + n * p_x
                 t.reduce_host = t.reduce_host + host
         if 3 in branches and copies:
             _runtime_copies(t, inp, group, params, per_call)
@@ -384,19 +390,25 @@ def _runtime_copies(
 
 
 def _collective_calls(
-    inp: StepInputs, group: GradientGroup, params: Num, bucket: Num, per_call: Num
+    inp: StepInputs,
+    group: GradientGroup,
+    params: Num,
+    bucket: Num,
+    per_call: Num,
+    share: Num = 1.0,
 ) -> dict:
     """(collective, bytes per call, calls) of each call kind for one gradient group: gradients
     reduced in their dtype (grad_reduce_bytes) in ``bucket`` calls, weights gathered in their dtype (or in
     fp8, param_gather_bytes, where an fp8 run gathers its fp8 primary weights);
-    ZeRO-3's per-block gather and reduce-scatter carry ``per_call`` of the stage's parameters."""
+    ZeRO-3's per-block gather and reduce-scatter carry ``per_call`` of the group's parameters on the stage, and
+    each of the stage's block calls holds ``share`` of one (``zero3_group_calls``)."""
     grad_bytes, weight_bytes = params * inp.grad_reduce_bytes, params * inp.param_gather_bytes
     return {
         "all_reduce": (group.all_reduce, grad_bytes / maximum(bucket, 1.0), bucket),
         "reduce_scatter": (group.reduce_scatter, grad_bytes / maximum(bucket, 1.0), bucket),
         "all_gather": (group.all_gather, weight_bytes / maximum(bucket, 1.0), bucket),
-        "layer_gather": (group.all_gather, weight_bytes * per_call, 1.0),  # one block's gather
-        "layer_reduce": (group.reduce_scatter, grad_bytes * per_call, 1.0),
+        "layer_gather": (group.all_gather, weight_bytes * per_call, share),  # one block's gather
+        "layer_reduce": (group.reduce_scatter, grad_bytes * per_call, share),
     }
 
 
