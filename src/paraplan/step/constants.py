@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 
 from paraplan.cost import memory as mem
-from paraplan.cost.quantisation import weight_quantisation_bytes
 from paraplan.cost.elementwise import where
+from paraplan.cost.quantisation import weight_quantisation_bytes
 from paraplan.cost.runtimes import GRAD_ACCUMULATION_BYTES, batch_sync_idle_s
 from paraplan.graph.eager_modules import impl_key
 from paraplan.specs.plan import RuntimeFields
@@ -120,11 +120,13 @@ def zero0_terms(system: SystemSpec, dtype: str) -> dict:
     runtime = system.accelerator.efficiency.runtime
     if not runtime.zero0_bf16_optimizer or dtype in ("fp16", "fp32", "tf32"):
         return {}
-    return dict(
-        grad_bytes=mem.state_bytes_per_param(dtype, "fp32", runtime.optimizer_state).gradients,
-        grad_reduce_bytes=mem.grad_reduce_bytes_per_param(dtype, "fp32", runtime.grad_reduce_dtype),
-        grad_accumulation_bytes=GRAD_ACCUMULATION_BYTES["bf16_optimizer"],
-    )
+    return {
+        "grad_bytes": mem.state_bytes_per_param(dtype, "fp32", runtime.optimizer_state).gradients,
+        "grad_reduce_bytes": mem.grad_reduce_bytes_per_param(
+            dtype, "fp32", runtime.grad_reduce_dtype
+        ),
+        "grad_accumulation_bytes": GRAD_ACCUMULATION_BYTES["bf16_optimizer"],
+    }
 
 
 def at_zero_stage(constants: dict, zero) -> dict:
