@@ -131,13 +131,25 @@ def zero0_terms(system: SystemSpec, dtype: str) -> dict:
 
 def at_zero_stage(constants: dict, zero) -> dict:
     """The StepInputs fields of system_terms' ``constants`` for candidates of ZeRO stage ``zero`` (a number or an
-    array over candidates): its ``zero0`` terms (zero0_terms) where zero is 0, the rest as they are. The one
-    reading of that rule: the uniform plans (step.layout.build_step_inputs: estimate and search) and the
-    per-stage plans (step.per_stage)."""
+    array over candidates): its ``zero0`` terms (zero0_terms) where zero is 0, the rest as they are, and both
+    (``zero_stage_terms``) to resolve them again under other stages (step.layout.with_knobs). The one reading
+    of that rule: the uniform plans (step.layout.build_step_inputs: estimate and search) and the per-stage
+    plans (step.per_stage)."""
     terms = {name: value for name, value in constants.items() if name != "zero0"}
-    for name, value in constants["zero0"].items():
-        terms[name] = where(zero == 0, value, terms[name])
-    return terms
+    zero0 = constants["zero0"]
+    if not zero0:
+        return terms
+    others = {name: terms[name] for name in zero0}
+    return terms | zero_stage_values((zero0, others), zero) | {"zero_stage_terms": (zero0, others)}
+
+
+def zero_stage_values(zero_stage_terms: tuple, zero) -> dict:
+    """The gradient terms of ``zero_stage_terms`` (a ZeRO-0 candidate's, the others'; at_zero_stage) for
+    candidates of ZeRO stage ``zero``; {} for ()."""
+    if not zero_stage_terms:
+        return {}
+    zero0, others = zero_stage_terms
+    return {name: where(zero == 0, value, others[name]) for name, value in zero0.items()}
 
 
 def runtime_terms(runtime: RuntimeCosts, dtype: str) -> dict:
