@@ -421,3 +421,33 @@ def test_uneven_interleaving_exports_as_a_layout_and_bridge_layouts_import():
     assert stage_layers_from_layout("Et*4|(t*4|)*14tmL", 4) == ((16, 16, 16, 13), 4)
     with pytest.raises(ExportRefused, match="MTP"):
         stage_layers_from_layout("Etm|tL", 2)
+
+
+def test_deepspeed_gradient_accumulation_dtype_round_trips():
+    """plan.grad_dtype <-> data_types.grad_accum_dtype (DeepSpeedEngine.get_data_types: the model dtype under ZeRO
+    by default): fp32 gradients of a half-precision model are stated, 2-byte ones are DeepSpeed's default, and
+    fp32 accumulation of an fp16 model without ZeRO, which DeepSpeed rejects, is refused."""
+    fields = {
+        "gpus": 8,
+        "dp": 8,
+        "global_batch": 16,
+        "seq_length": 2048,
+        "attention": "flash",
+        "dtype": "bf16",
+    }
+    for zero in (0, 1, 2, 3):
+        fp32 = json.loads(export_plan("deepspeed", PlanSpec(**fields, zero=zero), MODEL))
+        assert fp32["data_types"] == {"grad_accum_dtype": "fp32"}
+        assert import_plan("deepspeed", json.dumps(fp32), MODEL, 2048)["grad_dtype"] == "fp32"
+        half = json.loads(
+            export_plan("deepspeed", PlanSpec(**fields, zero=zero, grad_dtype="bf16"), MODEL)
+        )
+        assert "data_types" not in half
+        assert import_plan("deepspeed", json.dumps(half), MODEL, 2048)["grad_dtype"] == "bf16"
+    with pytest.raises(ExportRefused, match="grad_dtype"):
+        export_plan("deepspeed", PlanSpec(**{**fields, "dtype": "fp16"}, zero=0), MODEL)
+    fp16 = PlanSpec(**{**fields, "dtype": "fp16"}, zero=1)
+    assert (
+        json.loads(export_plan("deepspeed", fp16, MODEL))["data_types"]["grad_accum_dtype"]
+        == "fp32"
+    )

@@ -74,6 +74,8 @@ def test_maxtext_terms():
 # FSDP2 keeps the fp32 sharded parameters and gathers their bf16 casts (the torchtitan profiles' sources), so does
 # FSDP1 under Accelerate's MixedPrecision (hf-transformers-fsdp's sources)
 FP32_PARAMS = ("maxtext", "torchtitan", "torchtitan-compiled", "hf-transformers-fsdp")
+# DeepSpeedEngine.communication_data_type defaults to the model dtype (the deepspeed profile's sources)
+DEEPSPEED_COMMUNICATION_DTYPE = ("deepspeed", "hf-transformers-deepspeed")
 
 
 def test_hf_fsdp_terms():
@@ -100,10 +102,14 @@ def test_torchtitan_terms(framework):
 @pytest.mark.parametrize("framework", [f for f in framework_names() if f not in FP32_PARAMS])
 @pytest.mark.parametrize("dtype", ["bf16", "fp8", "fp32"])
 def test_every_other_profile_keeps_its_bytes(framework, dtype):
-    """No other profile sets fp32 parameters or a compute-dtype reduction: the weights' bytes are what a
-    gather moves (outside fp8 primary weights, gathered and held in fp8 in the layers) and holds, and gradients are reduced in the dtype they are kept in."""
+    """No other profile sets fp32 parameters or a compute-dtype reduction but DeepSpeed's, whose
+    communication_data_type is the model dtype, the kept one under ZeRO (step.constants.zero0_terms: the
+    BF16_Optimizer's fp32 gradients at zero 0 are reduced in bf16): the weights' bytes are what a gather moves
+    (outside fp8 primary weights, gathered and held in fp8 in the layers) and holds, and gradients are reduced
+    in the dtype they are kept in (under ZeRO for DeepSpeed's)."""
     assert load_framework(framework).optimizer_state != "fp32_params"
-    assert load_framework(framework).grad_reduce_dtype == "kept"
+    reduce = "compute" if framework in DEEPSPEED_COMMUNICATION_DTYPE else "kept"
+    assert load_framework(framework).grad_reduce_dtype == reduce
     system, plan = _terms(framework, dtype)
     t = system_terms(system, dtype, plan)
     # the layers' gathered copy holds what the gather moves (fp8 where fp8 weights are gathered), the blocks

@@ -42,7 +42,12 @@ UNREPRESENTABLE = {  # key: (what it is, the JSON values that leave the plan unc
     ),
     "pipeline.activation_checkpoint_interval": ("checkpointing every n-th pipeline layer", ("0",)),
 }
-HANDLED = COMMON_FIELDS | {"offload_weights", "offload_activations", "zero3_max_live_params"}
+HANDLED = COMMON_FIELDS | {
+    "offload_weights",
+    "offload_activations",
+    "zero3_max_live_params",
+    "grad_dtype",
+}
 
 
 def config(plan: PlanSpec) -> dict:
@@ -69,6 +74,8 @@ def config(plan: PlanSpec) -> dict:
         "fp16": {"enabled": plan.dtype == "fp16"},
         "zero_optimization": zero,
     }
+    if accum := grad_accum_dtype(plan, c["zero"], fw):
+        cfg["data_types"] = {"grad_accum_dtype": accum}
     if plan.recompute == "full":
         cfg["activation_checkpointing"] = {
             "partition_activations": False,
@@ -80,6 +87,25 @@ def config(plan: PlanSpec) -> dict:
     if plan.tp > 1:
         cfg["tensor_parallel"] = {"autotp_size": plan.tp}
     return cfg
+
+
+def grad_accum_dtype(plan: PlanSpec, zero: int, fw: str) -> str | None:
+    """``data_types.grad_accum_dtype`` for the plan's gradient dtype, None where DeepSpeed's default is it.
+    DeepSpeedEngine.get_data_types (runtime/engine.py, v0.10.0-v0.16.4) defaults to the model dtype under ZeRO,
+    the plan's 2-byte grad_dtype (a bf16 model without ZeRO runs the BF16_Optimizer's fp32 gradients by
+    default, a stack rule the deepspeed profile prices whatever grad_dtype: step.constants.zero0_terms), so
+    fp32 gradients of a half-precision model are stated, and refused for fp16 without ZeRO, which
+    _do_optimizer_sanity_check rejects ("unsupported mix of model dtype and gradient accumulation type")."""
+    if plan.dtype not in ("bf16", "fp16") or plan.grad_dtype != "fp32":
+        return None
+    if plan.dtype == "fp16" and zero == 0:
+        raise refuse(
+            fw,
+            "grad_dtype",
+            "fp32",
+            "DeepSpeed's FP16 optimizer keeps fp16 gradients without ZeRO (get_data_types)",
+        )
+    return "fp32"
 
 
 def _check_parallelism(plan: PlanSpec, c: dict, fw: str) -> None:
@@ -245,6 +271,7 @@ def import_plan(text: str, seq_length: int | None = None) -> dict[str, object]:
         "offload_weights": zero.doc("offload_param", {}).text("device", "none") != "none",
         "offload_optimizer": zero.doc("offload_optimizer", {}).text("device", "none") != "none",
         "offload_activations": bool(ckpt is not None and ckpt.boolean("cpu_checkpointing", False)),
+        **_imported_grad_dtype(cfg, dtype),
         "overlap_dp_grad_reduce": overlap,
         "overlap_param_gather": overlap,
         "placement": "tp-cp-dp-pp",
@@ -254,3 +281,18 @@ def import_plan(text: str, seq_length: int | None = None) -> dict[str, object]:
         if "stage3_max_live_parameters" in zero
         else None,
     }
+
+
+def _imported_grad_dtype(cfg: Doc, dtype: str) -> dict:
+    """The plan's grad_dtype: fp32 where the config states data_types.grad_accum_dtype fp32, else the model's
+    2-byte dtype for a half-precision model (get_data_types' default under ZeRO; the BF16_Optimizer's fp32 of a
+    bf16 model without ZeRO is the deepspeed profile's rule, step.constants.zero0_terms); an fp32 model keeps
+    the plan's default."""
+    stated = cfg.doc("data_types", {}).text("grad_accum_dtype", "")
+    if stated:
+        return {
+            "grad_dtype": "fp32"
+            if stated in ("fp32", "float32", "float", "torch.float32")
+            else "bf16"
+        }
+    return {"grad_dtype": "bf16"} if dtype in ("bf16", "fp16") else {}

@@ -10,6 +10,7 @@ import numpy as np
 
 from paraplan.search.space import SPLIT_BACKWARD_SCHEDULES, SearchProblem, grid_option, grid_parts
 from paraplan.step.compose import compose_step_time_s, stage_peaks
+from paraplan.step.layout import with_knobs
 from paraplan.search.table import SCHEDULE_FIELDS, RowTable, grid_arrays
 
 # the grid_arrays fields a state option sets (space.grid_parts' second list)
@@ -228,7 +229,7 @@ def _stage_peaks(inp, stages: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     (``_flat_taken``, ``_taken``)."""
     inner = (1,) * (inp.knobs.zero.ndim - 1)
     knobs = replace(inp.knobs, zero=stages.reshape((-1, *inner)), **_NO_OVERLAP)
-    return stage_peaks(replace(inp, knobs=knobs))
+    return stage_peaks(with_knobs(inp, knobs))
 
 
 # the DP-overlap switches, which the memory terms do not read (step.stage_memory)

@@ -206,6 +206,12 @@ class StackRuntimeFields(InputModel):
         "(grad_dtype), or the compute dtype of the weight-gradient GEMM's output, reduced before its cast to "
         "the kept dtype (XLA SPMD with fp32 parameters); cost.memory.grad_reduce_bytes_per_param",
     )
+    zero0_bf16_optimizer: bool = Field(
+        False,
+        description="without ZeRO (zero 0) a bf16-weight run keeps fp32 gradients and adds each micro-batch's "
+        "bf16 gradient into them (DeepSpeed's BF16_Optimizer, which get_data_types picks when ZeRO is off); with "
+        "ZeRO, grad_dtype: step.constants.zero0_terms",
+    )
 
 
 class RuntimeCosts(StackRuntimeFields):

@@ -6,8 +6,9 @@ from __future__ import annotations
 import math
 
 from paraplan.cost import memory as mem
+from paraplan.cost.elementwise import where
 from paraplan.cost.quantisation import weight_quantisation_bytes
-from paraplan.cost.runtimes import batch_sync_idle_s
+from paraplan.cost.runtimes import GRAD_ACCUMULATION_BYTES, batch_sync_idle_s
 from paraplan.graph.eager_modules import impl_key
 from paraplan.specs.plan import RuntimeFields
 from paraplan.specs.runtime import RuntimeCosts
@@ -50,6 +51,7 @@ def system_terms(system: SystemSpec, dtype: str, runtime=None) -> dict:
         batch_sync_s=batch_sync_s(system, acc.efficiency.runtime.batch_syncs),
         pair_compute_share=system_pair_share(system),
         **runtime_terms(acc.efficiency.runtime, dtype),
+        zero0=zero0_terms(system, dtype),
     )
 
 
@@ -95,6 +97,59 @@ def grad_reduce_bytes(system: SystemSpec, dtype: str, runtime=None) -> float:
     knobs = runtime if runtime is not None else _RUNTIME_DEFAULTS
     reduce_dtype = system.accelerator.efficiency.runtime.grad_reduce_dtype
     return mem.grad_reduce_bytes_per_param(dtype, knobs.grad_dtype, reduce_dtype)
+
+
+def zero0_terms(system: SystemSpec, dtype: str) -> dict:
+    """The StepInputs gradient terms a ZeRO-0 candidate of a run of ``dtype`` on ``system`` takes instead of
+    system_terms' (``at_zero_stage``), where the stack runs another optimizer without ZeRO; {} where none differ.
+
+    DeepSpeedEngine.get_data_types (runtime/engine.py at v0.14.0 ce78a632; the same v0.10.0-v0.16.4): with no
+    ``data_types.grad_accum_dtype`` stated, the gradient accumulation dtype is fp32 for a bf16 model without
+    ZeRO and the model dtype otherwise; _do_optimizer_sanity_check then wraps a bf16 model with fp32
+    accumulation in the BF16_Optimizer, which keeps full fp32 gradients (fp32_groups_gradients_flat) and
+    adds every micro-batch's bf16 gradient into them (``update_hp_grads``, runtime/bf16_optimizer.py), while
+    ZeRO 1-3 keep and reduce gradients in the model dtype (stage_1_and_2.py / stage3.py
+    gradient_accumulation_dtype = grad_accum_dtype). So under efficiency.runtime.zero0_bf16_optimizer a
+    bf16-weight run (bf16, and the fp8 / FP4 recipes over bf16 weights; DeepSpeedEngine has no fp8 path)
+    takes at zero 0: fp32 gradients (``grad_bytes``, 4 B), the BF16_Optimizer's accumulation pass
+    (``grad_accumulation_bytes``, cost.runtimes.bf16_optimizer_accumulation_bytes, 18 B per parameter and
+    micro-batch) and the reduction of fp32 kept gradients under the stack's grad_reduce_dtype
+    (``grad_reduce_bytes``: the engine's allreduce_bucket casts them to communication_data_type, the model
+    dtype by default, which grad_reduce_dtype compute states). fp16 (the FP16 optimizers keep fp16
+    gradients, runtime/fp16/fused_optimizer.py) and fp32 keep their gradients as with ZeRO."""
+    runtime = system.accelerator.efficiency.runtime
+    if not runtime.zero0_bf16_optimizer or dtype in ("fp16", "fp32", "tf32"):
+        return {}
+    return {
+        "grad_bytes": mem.state_bytes_per_param(dtype, "fp32", runtime.optimizer_state).gradients,
+        "grad_reduce_bytes": mem.grad_reduce_bytes_per_param(
+            dtype, "fp32", runtime.grad_reduce_dtype
+        ),
+        "grad_accumulation_bytes": GRAD_ACCUMULATION_BYTES["bf16_optimizer"],
+    }
+
+
+def at_zero_stage(constants: dict, zero) -> dict:
+    """The StepInputs fields of system_terms' ``constants`` for candidates of ZeRO stage ``zero`` (a number or an
+    array over candidates): its ``zero0`` terms (zero0_terms) where zero is 0, the rest as they are, and both
+    (``zero_stage_terms``) to resolve them again under other stages (step.layout.with_knobs). The one reading
+    of that rule: the uniform plans (step.layout.build_step_inputs: estimate and search) and the per-stage
+    plans (step.per_stage)."""
+    terms = {name: value for name, value in constants.items() if name != "zero0"}
+    zero0 = constants["zero0"]
+    if not zero0:
+        return terms
+    others = {name: terms[name] for name in zero0}
+    return terms | zero_stage_values((zero0, others), zero) | {"zero_stage_terms": (zero0, others)}
+
+
+def zero_stage_values(zero_stage_terms: tuple, zero) -> dict:
+    """The gradient terms of ``zero_stage_terms`` (a ZeRO-0 candidate's, the others'; at_zero_stage) for
+    candidates of ZeRO stage ``zero``; {} for ()."""
+    if not zero_stage_terms:
+        return {}
+    zero0, others = zero_stage_terms
+    return {name: where(zero == 0, value, others[name]) for name, value in zero0.items()}
 
 
 def runtime_terms(runtime: RuntimeCosts, dtype: str) -> dict:

@@ -150,6 +150,9 @@ class StepInputs:
     )
     # share of the SMs left to compute in DualPipe's overlapped pair (step.dualpipe.pair_compute_share)
     pair_compute_share: Num = 1.0
+    # (a ZeRO-0 candidate's gradient terms, the others') where they differ (step.constants.at_zero_stage), kept to
+    # resolve those fields again under other ZeRO stages (step.layout.with_knobs); () where none differ
+    zero_stage_terms: tuple = ()
 
 
 def replaced(record, **changes):

@@ -36,6 +36,7 @@ from paraplan.step.compose import (
     StepInputs,
 )
 from paraplan.step.blocks import BLOCK_KINDS, UNIFORM_STAGE_KINDS
+from paraplan.step.constants import at_zero_stage, zero_stage_values
 from paraplan.step.inputs import replaced
 from paraplan.step.p2p import tied_embedding_sync_s, uniform_group_p2p
 
@@ -144,17 +145,25 @@ def build_step_inputs(
             second.append(Stage(g.index, count_2, placed, p2p_2))
         start = start + g.count * g.layers
     links = facts.pipeline
+    terms = at_zero_stage(constants, knobs.zero)
     return StepInputs(
         stages=tuple(stages + second),
         pp=facts.pp,
         microbatches=facts.microbatches,
         gradient_groups=facts.gradient_groups,
         knobs=knobs,
-        **constants,
+        **terms,
         tied_sync_s=tied_embedding_sync_s(
-            links.tied, links.tied_elements, constants["grad_reduce_bytes"], facts.pp
+            links.tied, links.tied_elements, terms["grad_reduce_bytes"], facts.pp
         ),
     )
+
+
+def with_knobs(inp: StepInputs, knobs: GridKnobs) -> StepInputs:
+    """``inp`` under other ``knobs``, its ZeRO-stage gradient terms resolved at their ZeRO stages
+    (StepInputs.zero_stage_terms, step.constants.zero_stage_values): how the search prices memory once per
+    distinct ZeRO stage (search.grid_index)."""
+    return replace(inp, knobs=knobs, **zero_stage_values(inp.zero_stage_terms, knobs.zero))
 
 
 def with_stage_blocks(

@@ -51,7 +51,7 @@ from paraplan.specs.stage_plan import (
 from paraplan.step.blocks import boundary_bytes, model_blocks
 from paraplan.step.layer_shape import layer_shape_from
 from paraplan.step.build import system_terms
-from paraplan.step.constants import batch_sync_s, stack_shape_fields
+from paraplan.step.constants import at_zero_stage, batch_sync_s, stack_shape_fields
 from paraplan.step.compose import (
     GridKnobs,
     Stage,
@@ -184,7 +184,7 @@ def stage_arrays(
     )
     p2p_in, p2p_out = stage_p2p(cluster, common, setting, prev or wrap, nxt or wrap, sent)
     slowest = min(systems, key=lambda s: s.accelerator.hbm_rate())
-    terms = system_terms(slowest, common.dtype, common.runtime)
+    terms = at_zero_stage(system_terms(slowest, common.dtype, common.runtime), common.zero)
     # an engine that accumulates gradients itself (step.engines: DeepSpeed's PipelineEngine) sets the
     # accumulation, priced by step.compose.runtime_work as on a uniform plan; Megatron-LM's fuses it into the
     # wgrad GEMM and leaves the stack's (the framework profile's runtime, system_terms), as a uniform plan does

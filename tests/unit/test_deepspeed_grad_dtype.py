@@ -1,0 +1,120 @@
+"""DeepSpeed's gradient dtype by ZeRO stage (step.constants.zero0_terms, at_zero_stage): DeepSpeedEngine.get_data_types
+keeps a bf16 model's gradients in bf16 under ZeRO 1-3 and in fp32 without ZeRO (the BF16_Optimizer, with its
+per-micro-batch accumulation pass), and communication_data_type reduces them in the model dtype; fp16 and fp32
+keep theirs at every stage. Bytes by hand."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from paraplan.api import estimate
+from paraplan.catalog import load_framework, load_system
+from paraplan.cost.frameworks import framework_system
+from paraplan.step.constants import at_zero_stage, system_terms, zero0_terms
+
+H100 = "dgx-h100-80gb"
+PLAN = {"gpus": 8, "micro_batch": 4, "global_batch": 64, "seq_length": 2048}
+
+
+def _system(profile: str, **runtime):
+    system = framework_system(load_framework(profile), load_system(H100))
+    if not runtime:
+        return system
+    acc = system.accelerator
+    eff = acc.efficiency.model_copy(
+        update={"runtime": acc.efficiency.runtime.model_copy(update=runtime)}
+    )
+    return system.model_copy(update={"accelerator": acc.model_copy(update={"efficiency": eff})})
+
+
+def _grad_terms(terms: dict) -> tuple:
+    return terms["grad_bytes"], terms["grad_reduce_bytes"], terms["grad_accumulation_bytes"]
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp8"])
+def test_bf16_weights_without_zero_run_the_bf16_optimizer(dtype):
+    """zero 0: fp32 gradients (4 B), reduced in bf16 (communication_data_type: 2 B), 2 + 4 + 3·4 = 18 B of
+    accumulation per parameter and micro-batch (update_hp_grads)."""
+    assert zero0_terms(_system("deepspeed"), dtype) == {
+        "grad_bytes": 4.0,
+        "grad_reduce_bytes": 2.0,
+        "grad_accumulation_bytes": 18.0,
+    }
+
+
+def test_bf16_with_zero_keeps_and_reduces_bf16_gradients():
+    """ZeRO 1-3 (get_data_types: grad_accum_dtype = the model dtype): 2 B kept, 2 B reduced, no pass of its own."""
+    terms = system_terms(_system("deepspeed"), "bf16", load_framework("deepspeed"))
+    assert _grad_terms(terms) == (2.0, 2.0, 0.0)
+    assert _grad_terms(at_zero_stage(terms, 1)) == (2.0, 2.0, 0.0)
+    assert _grad_terms(at_zero_stage(terms, 3)) == (2.0, 2.0, 0.0)
+    assert _grad_terms(at_zero_stage(terms, 0)) == (4.0, 2.0, 18.0)
+
+
+def test_at_zero_stage_picks_per_candidate():
+    terms = system_terms(_system("deepspeed"), "bf16", load_framework("deepspeed"))
+    picked = at_zero_stage(terms, np.array([0, 1, 2, 3]))
+    assert picked["grad_bytes"].tolist() == [4.0, 2.0, 2.0, 2.0]
+    assert picked["grad_accumulation_bytes"].tolist() == [18.0, 0.0, 0.0, 0.0]
+    assert "zero0" not in picked
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "fp32"])
+def test_fp16_and_fp32_keep_their_gradients_at_every_stage(dtype):
+    """fp16: the FP16 optimizers keep fp16 gradients as ZeRO does; fp32: fp32 everywhere."""
+    assert zero0_terms(_system("deepspeed"), dtype) == {}
+
+
+def test_stacks_without_the_flag_keep_one_gradient_dtype():
+    assert zero0_terms(_system("megatron-core"), "bf16") == {}
+    assert zero0_terms(_system("deepspeed", zero0_bf16_optimizer=False), "bf16") == {}
+
+
+def test_megatron_deepspeed_keeps_fp32_gradients_and_reduce():
+    """Megatron-DeepSpeed's BF16_Optimizer at every stage: fp32 kept and reduced (4 B), 18 B accumulation."""
+    profile = load_framework("megatron-deepspeed")
+    terms = system_terms(_system("megatron-deepspeed"), "bf16", profile)
+    for zero in (0, 1):
+        assert _grad_terms(at_zero_stage(terms, zero)) == (4.0, 4.0, 18.0)
+
+
+def _estimate(zero: int, framework="deepspeed"):
+    return estimate("gpt3-1.3b", H100, framework=framework, zero=zero, dtype="bf16", **PLAN)
+
+
+def test_bf16_gradients_under_zero_take_less_memory_and_reduce_time():
+    """ZeRO-1 under DeepSpeed's default keeps 2 B gradients (the bf16 weights' 2 B per parameter, unsharded at
+    stage 1) instead of the 4 B of a stated fp32 grad_accum_dtype; both reduce in communication_data_type (bf16)."""
+    bf16, fp32 = (
+        _estimate(1),
+        estimate(
+            "gpt3-1.3b",
+            H100,
+            framework="deepspeed",
+            zero=1,
+            dtype="bf16",
+            grad_dtype="fp32",
+            **PLAN,
+        ),
+    )
+    mem16, mem32 = bf16.stages[0], fp32.stages[0]
+    assert mem16.gradients_bytes == pytest.approx(mem16.weights_bytes, rel=1e-12)
+    assert mem32.gradients_bytes == pytest.approx(2.0 * mem16.gradients_bytes, rel=1e-12)
+    assert bf16.breakdown.dp_comm_s == fp32.breakdown.dp_comm_s
+
+
+def test_bf16_optimizer_at_zero0_lengthens_the_backward():
+    """zero 0 runs the BF16_Optimizer's accumulation pass in every micro-batch's backward and keeps 4 B gradients."""
+    on = _estimate(0)
+    off = estimate(
+        "gpt3-1.3b",
+        H100,
+        framework=load_framework("deepspeed").model_dump() | {"zero0_bf16_optimizer": False},
+        zero=0,
+        dtype="bf16",
+        **PLAN,
+    )
+    assert on.breakdown.backward_s > off.breakdown.backward_s
+    assert on.stages[0].gradients_bytes == pytest.approx(2.0 * off.stages[0].gradients_bytes)
+    assert on.stages[0].gradients_bytes == pytest.approx(2.0 * on.stages[0].weights_bytes)
