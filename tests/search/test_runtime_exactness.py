@@ -45,3 +45,25 @@ def test_search_exact_with_overlapped_p2p(monkeypatch):
 @pytest.mark.parametrize("name", ["megatron-deepspeed", "torchtitan"])
 def test_search_exact_with_runtime_copies(name, monkeypatch):
     _check(name, monkeypatch)
+
+
+@pytest.mark.slow
+def test_search_exact_where_zero_0_runs_another_optimizer(monkeypatch):
+    """DeepSpeed's bf16 runs (the deepspeed profile: zero0_bf16_optimizer) take the BF16_Optimizer's fp32
+    gradients and per-micro-batch accumulation pass at ZeRO 0 only (step.constants.at_zero_stage), so the
+    candidates of one bound group differ in a term the pipeline half reads: the group's bound takes the
+    lesser of each (step.compose.pipeline_bound_s). A group whose first option was ZeRO 0 once bounded its
+    ZeRO-1 plans above their step time, and the fast search lost a zero-1 tp 2 plan (review, session 20)."""
+    fw = load_framework("deepspeed")
+    problem = SearchProblem(
+        model=load_model("gpt3-6.7b"),
+        system=framework_system(fw, load_system("dgx-h100-80gb")),
+        **{"gpus": 8, "global_batch": 64, "seq_length": 2048},
+        **{"micro_batch": (1, 2, 4), "recompute": ("none", "full")},
+        **{"vary_placement": False, "vary_offload": False, **framework_search_fields(fw)},
+    )
+    monkeypatch.setattr(row_scan, "CHUNK_CANDIDATES", 1)
+    fast, ref = search(problem, top_k=40), exhaustive_search(problem, top_k=40)
+    assert [p.key for p in fast.plans] == [p.key for p in ref.plans]
+    for a, b in zip(fast.plans, ref.plans):
+        assert math.isclose(a.estimate.step_time_s, b.estimate.step_time_s, rel_tol=1e-9)

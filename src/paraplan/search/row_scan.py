@@ -53,7 +53,9 @@ def scan_rows(problem, table, options, scan, scan_all, feasible_sink, progress) 
             scan.evaluate(options, group_row, group_start, feasible_sink)
             continue
         # pipeline bound per (row, schedule option): the candidates that differ only in ZeRO, DP
-        # overlap and offload share it; only groups whose bound can still enter the top K are evaluated
+        # overlap and offload share it (step.compose.pipeline_bound_s: the lesser of a ZeRO-0
+        # candidate's gradient terms and the others'); only groups whose bound can still enter the top K
+        # are evaluated
         reps = table.inputs(group_row, options.values(group_row, group_start))
         tokens = scan.tokens_row[group_row]
         group_bound = objective_value(

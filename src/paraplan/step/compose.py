@@ -20,7 +20,7 @@ the records and sums over a stage: step/inputs.py. Their names are importable fr
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import fields, replace
 from functools import partial
 from typing import Any
 
@@ -337,7 +337,14 @@ def _breakdown(pipe: dict, optimizer_s: Num, dp_s: Num, offload_s: Num) -> dict[
 def pipeline_bound_s(inp: StepInputs) -> Num:
     """compose_step's step time with the tail parts (optimizer, data-parallel, offload) at 0: a lower
     bound on it, to the last bit (the same sum in the same order, each omitted part >= 0), and the
-    same for every ZeRO, DP-overlap and offload choice — the pipeline half does not read them."""
+    same for every ZeRO, DP-overlap and offload choice. The pipeline half reads no DP-overlap or
+    offload choice; of the ZeRO stage it reads the gradient terms a ZeRO-0 candidate may take apart
+    (StepInputs.zero_stage_terms, step.constants.at_zero_stage: the BF16_Optimizer's per-micro-batch
+    accumulation pass), so where they differ it is priced with the lesser of each, every time term
+    being non-decreasing in them: then it bounds the candidates of every ZeRO stage alike."""
+    if inp.zero_stage_terms:
+        zero0, others = inp.zero_stage_terms
+        inp = replace(inp, **{name: np.minimum(v, others[name]) for name, v in zero0.items()})
     return _breakdown(_pipeline(inp), 0.0, 0.0, 0.0)["step_time_s"]
 
 
