@@ -95,10 +95,12 @@ def test_fp8_recipe_rule_follows_transformer_engines_recipe_checks():
             if fp8_recipe_supported(r, acc)
         }
         for name, acc in (
-            (s, load_system(s).accelerator) for s in ("dgx-h100-80gb", "dgx-b200", "rtx-5090-8")
+            (s, load_system(s).accelerator)
+            for s in ("dgx-h100-80gb", "dgx-b200", "rtx-5090-8", "l40s-8")
         )
     }
     assert supported == {
+        "l40s-8": {"delayed", "current"},  # Ada, 8.9: block scaling needs 9.0 or higher
         "dgx-h100-80gb": {"delayed", "current", "blockwise"},
         "dgx-b200": {"delayed", "current", "blockwise", "mxfp8", "nvfp4"},
         "rtx-5090-8": {
@@ -120,3 +122,12 @@ def test_fp8_recipe_rule_follows_transformer_engines_recipe_checks():
     # one check for estimate and search: the recipe's field after a dtype the part runs
     assert [f for f, *_ in accelerator_rules(h100, "fp8", "flash")] == ["framework.fp8_recipe"]
     assert [f for f, *_ in accelerator_rules(h100, "nvfp4", "flash")] == ["plan.dtype"]
+    blockwise = load_framework("megatron-core").model_copy(update={"fp8_recipe": "blockwise"})
+    ada = framework_system(blockwise, load_system("l40s-8")).accelerator
+    assert "compute capability 9.0 or higher" in fp8_recipe_rule("fp8", ada)
+    assert (
+        fp8_recipe_rule(
+            "fp8", framework_system(blockwise, load_system("dgx-h100-80gb")).accelerator
+        )
+        is None
+    )

@@ -126,3 +126,17 @@ def test_per_stage_check_refuses_parallelism_a_pools_stack_does_not_run():
         "plan.tp",
         "plan.pp",
     ]  # named once, though two stages use them
+
+
+def test_a_parallelism_list_names_each_kind_once():
+    """A kind stated twice is refused (the rule reads the list as a set: a repeated kind once let a list of
+    the right length but without tp_overlap skip every check, review of session 20)."""
+    from pydantic import ValidationError
+
+    from paraplan.specs.runtime import StackRuntimeFields
+
+    with pytest.raises(ValidationError, match="tp stated more than once"):
+        StackRuntimeFields(parallelism=["tp", "tp", "sp", "pp", "cp", "ep"])
+    dims = ParallelDims(tp=2, pp=1, dp=4, cp=1, ep=1, etp=1)
+    rules = stack_parallelism_rules(("tp", "sp", "pp", "cp", "ep"), dims, overlap_tp_comm=True)
+    assert [field for field, *_ in rules] == ["plan.overlap_tp_comm"]

@@ -36,23 +36,30 @@ def dtype_rule(dtype: str, accelerator: AcceleratorSpec) -> str | None:
 
 # Transformer Engine's recipe checks (NVIDIA/TransformerEngine transformer_engine/pytorch/quantization.py
 # _compute_mxfp8_support / _compute_nvfp4_support at d0067d0d, 2026-08; the same in fp8.py check_mxfp8_support /
-# check_nvfp4_support at v2.8), which fp8_autocast runs before training (check_recipe_support): MXFP8BlockScaling
+# check_nvfp4_support at v2.8), which fp8_autocast runs before training (check_recipe_support for MXFP8): MXFP8BlockScaling
 # needs compute capability 10.x ("Device compute capability 10.0 or higher required for MXFP8 execution"; 12.0+
 # refused: "MXFP8 (for all gemm layouts) is not supported on 12.0+ architectures yet"), NVFP4BlockScaling 10.0 or
 # higher. Compute capability 10.x is the data-centre Blackwell (B200 / GB200 10.0, B300 / GB300 10.3), the
 # accelerator's architecture "blackwell"; the GeForce / RTX PRO Blackwell parts are 12.0 ("blackwell-rtx").
 # NVFP4 needs the FP4 tensor cores dtype_rule asks for (matrix_flops states nvfp4: Blackwell, both kinds).
+# Float8BlockScaling (blockwise) goes through _compute_fp8_block_scaling_support: compute capability 9.0 or
+# higher ("FP8 block scaled GEMM requires compute capability 9.0 or higher") with CUDA 12.9; of the parts
+# that run fp8 at all, Ada (8.9) is below it. The NVFP4 check is check_nvfp4_support, which TE runs where
+# the NVFP4 recipe is built, not check_recipe_support.
 MXFP8_ARCHITECTURES = ("blackwell",)
+BELOW_BLOCKWISE_ARCHITECTURES = ("ada",)
 
 
 def fp8_recipe_supported(recipe: str, accelerator: AcceleratorSpec) -> bool:
     """Does Transformer Engine run the fp8 ``recipe`` on this accelerator (block comment above)? mxfp8 on
-    the MXFP8_ARCHITECTURES, nvfp4 where dtype_rule takes nvfp4; delayed, current and blockwise wherever
-    fp8 runs (dtype_rule's fp8 entry)."""
+    the MXFP8_ARCHITECTURES, nvfp4 where dtype_rule takes nvfp4, blockwise off the
+    BELOW_BLOCKWISE_ARCHITECTURES; delayed and current wherever fp8 runs (dtype_rule's fp8 entry)."""
     if recipe == "mxfp8":
         return accelerator.architecture in MXFP8_ARCHITECTURES
     if recipe == "nvfp4":
         return dtype_rule("nvfp4", accelerator) is None
+    if recipe == "blockwise":
+        return accelerator.architecture not in BELOW_BLOCKWISE_ARCHITECTURES
     return True
 
 
@@ -64,11 +71,10 @@ def fp8_recipe_rule(dtype: str, accelerator: AcceleratorSpec) -> str | None:
     if dtype != "fp8" or fp8_recipe_supported(recipe, accelerator):
         return None
     allowed = ", ".join(r for r in get_args(FP8Recipe) if fp8_recipe_supported(r, accelerator))
-    needs = (
-        "compute capability 10.x (data-centre Blackwell, architecture blackwell)"
-        if recipe == "mxfp8"
-        else f"FP4 tensor cores ({FP4_PARTS[recipe]})"
-    )
+    needs = {
+        "mxfp8": "compute capability 10.x (data-centre Blackwell, architecture blackwell)",
+        "blockwise": "compute capability 9.0 or higher (Hopper and later)",
+    }.get(recipe) or f"FP4 tensor cores ({FP4_PARTS[recipe]})"
     arch = accelerator.architecture or "architecture not stated"
     return (
         f"Transformer Engine runs the {recipe} recipe on {needs} only, not on {accelerator.name} "

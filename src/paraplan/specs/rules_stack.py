@@ -74,7 +74,7 @@ def stack_parallelism_rules(
     """(field, value, rule) for every model-parallel kind the plan uses that the stack's training loop does not
     run (``runs``: efficiency.runtime.parallelism, the framework profile's, each entry cited there): tp > 1,
     sequence parallelism, TP comm overlap, pp > 1, cp > 1, ep > 1. Empty where the stack runs them all."""
-    if len(runs) == len(PARALLELISMS):
+    if set(runs) >= set(PARALLELISMS):
         return []
     used = {
         "tp": dims.tp > 1,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, get_args
 
-from pydantic import BeforeValidator, Field
+from pydantic import BeforeValidator, Field, field_validator
 
 from paraplan.specs.strict import InputModel
 
@@ -23,7 +23,7 @@ GroupedGemm = Literal["te-multistream", "cutlass-grouped", "torch-grouped-mm", "
 PipelineEngine = Literal["megatron", "deepspeed", "torch", "none"]
 # the model-parallel kinds a stack's training loop may run (StackRuntimeFields.parallelism; data parallelism,
 # with ZeRO / FSDP sharding, every stack runs): tensor, sequence (over the TP group), TP comm-GEMM overlap,
-# pipeline, context and expert parallelism; specs.rules.stack_parallelism_rules
+# pipeline, context and expert parallelism; specs.rules_stack.stack_parallelism_rules
 Parallelism = Literal["tp", "sp", "tp_overlap", "pp", "cp", "ep"]
 PARALLELISMS: tuple[Parallelism, ...] = get_args(Parallelism)
 
@@ -37,8 +37,21 @@ class StackRuntimeFields(InputModel):
         PARALLELISMS,
         description="the model-parallel kinds the stack's training loop runs (tp, sp: sequence parallelism, "
         "tp_overlap: TP comm-GEMM overlap, pp, cp, ep); data parallelism and ZeRO / FSDP always. A plan using "
-        "another is refused and the search leaves it out (specs.rules.stack_parallelism_rules); default all",
+        "another is refused and the search leaves it out (specs.rules_stack.stack_parallelism_rules); default all",
     )
+
+    @field_validator("parallelism")
+    @classmethod
+    def _each_kind_once(cls, value: tuple) -> tuple:
+        """Each kind at most once (the rule reads the list as a set of kinds)."""
+        repeated = sorted({kind for kind in value if value.count(kind) > 1})
+        if repeated:
+            raise ValueError(
+                f"{', '.join(repeated)} stated more than once; allowed: each of "
+                f"{', '.join(PARALLELISMS)} at most once"
+            )
+        return value
+
     fp8_param_gather: bool = Field(
         False,
         description="fp8 runs keep fp8 primary weights and all-gather them in fp8 (1 B per parameter)",

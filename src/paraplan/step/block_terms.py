@@ -59,7 +59,8 @@ class BlockTerms:
 
 # the parts a stage's work sums; ``wgrad`` is a share of ``backward``, ``tp_deferred`` is added
 # to ``tp_backward`` under split-backward schedules only (step.inputs.stage_work) and ``ep_comm``
-# is read by DualPipe's pair alone (step.dualpipe.overlapped_pair_s)
+# is read by DualPipe's pair (step.dualpipe.overlapped_pair_s) and the A2A overlap's unpaired passes
+# (unpaired_ep_exposure_s) alone
 SPLIT_ONLY_TERMS = ("wgrad", "tp_deferred", "ep_comm")
 BLOCK_TERM_NAMES = tuple(f.name for f in fields(BlockTerms) if f.name not in SPLIT_ONLY_TERMS)
 

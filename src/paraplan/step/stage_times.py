@@ -1,8 +1,8 @@
 """One plan's pipeline as the step composition prices it, stage by stage: each pipeline stage's
 per-micro-batch forward F, backward B (recompute and exposed communication included), its
 weight-gradient part W, and point-to-point seconds; the schedule that orders their passes
-(step/schedules.py, ``schedule_order``); and the composition's pipeline time m·S + bubble
-(step.compose.pipeline_bound_s). The plan explorer draws its timeline from these (web/timeline.py).
+(step/schedules.py, ``schedule_order``); and the composition's pipeline time m·S + bubble, plus the
+A2A overlap's unpaired passes at pp 1 (step.compose.pipeline_bound_s; the drawing does not show those). The plan explorer draws its timeline from these (web/timeline.py).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ def pipeline_stages(model: ModelSpec, system: SystemSpec, plan: PlanSpec) -> dic
     ``p2p_s``, ``work_s`` (the sum the composition takes the slowest of) and ``pair_s`` (a forward and a
     backward chunk as DualPipe's overlapped pair, step.dualpipe.overlapped_pair_s); the schedule, m, v,
     whether it splits the backward, the routes micro-batches take (``directions``: 2 for DualPipe,
-    step.schedule_orders.route_position), and ``pipeline_s``, the composition's m·S + bubble."""
+    step.schedule_orders.route_position), and ``pipeline_s``, the composition's m·S + bubble (+ the A2A overlap's unpaired passes at pp 1)."""
     check_plan(model, system, plan)
     inp = step_inputs(model, system, plan)
     split = split_backward_on(inp.knobs)

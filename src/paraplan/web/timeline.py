@@ -12,7 +12,8 @@ seconds shared evenly between the forward and the backward send. Dependencies: F
 position before; B after the B of the position after (after its own F at the route's end); W after
 its own B (the order holds it there).
 
-The drawn makespan is the composition's pipeline time m·S + bubble (``pipeline_s``) for GPipe, 1F1B,
+The drawn makespan is the composition's pipeline time m·S + bubble (``pipeline_s``; at pp 1 under the
+A2A overlap that also holds the unpaired passes, which are not drawn) for GPipe, 1F1B,
 interleaved 1F1B and ZB-H1 when the stages are equal or the slowest is the last (with W <= F for
 ZB-H1: its bubble formula assumes the deferred W passes fit the cool-down's slots), and for DualPipe
 with equal stages at F = B − W = W (the ratio DeepSeek-V3's Table 2 formula agrees on with the order
