@@ -110,9 +110,8 @@ def _union_at(schema, loc: tuple) -> tuple[int, object] | None:
         while get_origin(tp) is Annotated:
             tp = get_args(tp)[0]
         members = _members(tp)
-        if (
-            len(members) > 1
-        ):  # a union in words, or pydantic's own branch errors (a union of models)
+        # a union: in words (union_allowed), or left to pydantic's own branch errors (a union of models)
+        if len(members) > 1:
             return (depth, tp) if union_allowed(tp) is not None else None
         tp = members[0]
         fields = getattr(tp, "model_fields", None)

@@ -73,13 +73,14 @@ def stack_parallelism_rules(
 ) -> list[Rule]:
     """(field, value, rule) for every model-parallel kind the plan uses that the stack's training loop does not
     run (``runs``: efficiency.runtime.parallelism, the framework profile's, each entry cited there): tp > 1,
-    sequence parallelism, TP comm overlap, pp > 1, cp > 1, ep > 1. Empty where the stack runs them all."""
+    sequence parallelism and TP comm overlap (used only where tp > 1: over one GPU they split nothing), pp > 1,
+    cp > 1, ep > 1. Empty where the stack runs them all."""
     if set(runs) >= set(PARALLELISMS):
         return []
     used = {
         "tp": dims.tp > 1,
-        "sp": bool(sequence_parallel),
-        "tp_overlap": bool(overlap_tp_comm),
+        "sp": bool(sequence_parallel) and dims.tp > 1,
+        "tp_overlap": bool(overlap_tp_comm) and dims.tp > 1,
         "pp": dims.pp > 1,
         "cp": dims.cp > 1,
         "ep": dims.ep > 1,

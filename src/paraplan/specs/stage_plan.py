@@ -278,15 +278,14 @@ def stage_accelerator_violations(plan: StagePlanSpec, pools) -> list[Violation]:
 def stage_stack_violations(plan: StagePlanSpec, pools) -> list[Violation]:
     """The model-parallel kinds the plan uses that the stack of a pool its stages use does not run
     (specs.rules_stack.stack_parallelism_rules on efficiency.runtime.parallelism, a uniform plan's check):
-    the stages' tp, the plan's pp, sequence parallelism and TP overlap (with tp > 1), each named once."""
+    the stages' tp, the plan's pp, sequence parallelism and TP overlap, each named once."""
     out: list[Violation] = []
     for pool in pools:
         runs = pool.system.accelerator.efficiency.runtime.parallelism
         for s in plan.stages:
-            tp_used = s.tp > 1
             dims = ParallelDims(tp=s.tp, pp=plan.pp)
             for rule in stack_parallelism_rules(
-                runs, dims, plan.sequence_parallel and tp_used, plan.overlap_tp_comm and tp_used
+                runs, dims, plan.sequence_parallel, plan.overlap_tp_comm
             ):
                 if (v := Violation(*rule)) not in out:
                     out.append(v)

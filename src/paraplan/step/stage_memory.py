@@ -246,7 +246,8 @@ def ddp_buckets(inp: StepInputs) -> Num:
 def zero3_gathered_bytes(inp: StepInputs, stage: Stage) -> Num:
     """Gathered ZeRO-3 weights resident at once: the layer computing plus the d layers of the deeper of
     the two prefetch depths, d = max(forward, backward) (step.inputs.zero3_prefetch_depths; FSDP gathers
-    whole wrapped layers and prefetches the next: Zhao et al. 2023, PyTorch FSDP, VLDB), or under a runtime cap on live parameters (DeepSpeed stage3_max_live_parameters) that cap, but
+    whole wrapped layers and prefetches the next: Zhao et al. 2023, PyTorch FSDP, VLDB), or under a runtime
+    cap on live parameters (DeepSpeed stage3_max_live_parameters) that cap, but
     never less than the block's largest weight tensor, which must be whole to run:
     min((1 + d)·layer, max(cap, largest tensor)) × the gathered copy's bytes per parameter
     (StepInputs.gathered_weight_bytes). The buffer is counted whether or not the

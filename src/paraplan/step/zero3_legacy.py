@@ -186,9 +186,10 @@ def zero3_exposure_s(
     cost.overlap.prefetched_gather_exposed_s): exposed = gathers(g_f, forward/L, L, d_f) + gathers(g + r,
     backward/L, L, d_b), so at d_b = 0 (FSDP1's backward_prefetch None: the next all-gather is issued only when
     the block's backward needs it, behind the reduce-scatter on the one NCCL stream) every backward gather and
-    reduce-scatter waits, L·(g + r), plus what is hidden at its price. ``gather`` and ``reduce`` are one block's (time, price); the
-    forward's gathers may cost ``forward_delta`` more (persistent re-gathers), and the recompute's gathers
-    (``regather``, for the whole stage) sit in the backward window, per block on average."""
+    reduce-scatter waits, L·(g + r), plus what is hidden at its price. ``gather`` and ``reduce`` are one
+    block's (time, price); the forward's gathers may cost ``forward_delta`` more (persistent re-gathers), and
+    the recompute's gathers (``regather``, for the whole stage) sit in the backward window, per block on
+    average."""
     (g, g_price), (r, r_price) = gather, reduce
     forward_depth, backward_depth = depths
     if regather is None and forward_delta is None:  # each block gathered once per direction, alike

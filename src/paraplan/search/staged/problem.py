@@ -140,8 +140,8 @@ def _stack_refusals(problem: HeteroProblem, dims: ParallelDims) -> list:
         for rule in stack_parallelism_rules(
             pool.system.accelerator.efficiency.runtime.parallelism,
             dims,
-            problem.sequence_parallel and dims.tp > 1,
-            problem.overlap_tp_comm and dims.tp > 1,
+            problem.sequence_parallel,
+            problem.overlap_tp_comm,
         )
     ]
 
