@@ -34,7 +34,7 @@ HEAVY = (
 # no pydantic plugin scan, one OpenBLAS thread); the process ends where the search would start its work, with
 # what ends a command (os._exit, cli.main.console_main): no interpreter teardown (~45 ms) and no collection of
 # start-up's ~100k objects on leaving the settings (~12 ms), neither of which a search pays (it moves them to the
-# oldest generation without one, search.run._cyclic_gc_paused)
+# oldest generation without one, io.collector.cyclic_gc_paused)
 SEARCH_START = (
     "import os\n"
     "from paraplan.cli.main import command_settings, main\n"

@@ -342,15 +342,15 @@ def test_collapsed_knobs_never_beat_their_canonical_value(pp):
 
 
 def test_search_leaves_the_garbage_collector_as_it_found_it():
-    """search.run._cyclic_gc_paused turns the cyclic collector off during a search and back on after; what the
+    """io.collector.cyclic_gc_paused (a search runs under it) turns the cyclic collector off during a search and back on after; what the
     search allocated ends in the oldest generation (gc.freeze + gc.unfreeze) unless the caller keeps objects frozen,
     whose frozen set it leaves alone; a caller that had the collector off keeps it off."""
     import gc
 
-    from paraplan.search.run import _cyclic_gc_paused
+    from paraplan.io.collector import cyclic_gc_paused
 
     assert gc.isenabled()
-    with _cyclic_gc_paused():
+    with cyclic_gc_paused():
         assert not gc.isenabled()
         garbage = [[i] for i in range(1000)]
     assert gc.isenabled() and gc.get_freeze_count() == 0 and gc.get_count()[0] < 1000
@@ -359,7 +359,7 @@ def test_search_leaves_the_garbage_collector_as_it_found_it():
     gc.freeze()
     try:
         frozen = gc.get_freeze_count()
-        with _cyclic_gc_paused():
+        with cyclic_gc_paused():
             more = [[i] for i in range(100)]
         assert (
             0 < gc.get_freeze_count() <= frozen
@@ -369,7 +369,7 @@ def test_search_leaves_the_garbage_collector_as_it_found_it():
         gc.unfreeze()
     gc.disable()
     try:
-        with _cyclic_gc_paused():
+        with cyclic_gc_paused():
             pass
         assert not gc.isenabled()
     finally:

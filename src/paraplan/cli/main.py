@@ -25,6 +25,7 @@ import threading
 import typer
 
 from paraplan.cli.app import EXIT_INPUT_ERROR, app
+from paraplan.io.collector import promote_to_oldest
 from paraplan.specs.errors import InputError, input_error_from_pydantic
 from paraplan.units import UnitError
 
@@ -273,8 +274,8 @@ def main(argv: list[str] | None = None) -> None:
 @contextlib.contextmanager
 def command_settings():
     """The process settings a command runs under (benchmarks/cli_startup.py measures a search's start-up under
-    them too). The cyclic collector runs every COLLECT_AFTER allocations meanwhile; the caller's thresholds are
-    back after."""
+    them too). The cyclic collector runs every COLLECT_AFTER allocations meanwhile; after, what the command
+    allocated is in the oldest generation (io.collector.promote_to_oldest) and the caller's thresholds are back."""
     # a command does no multi-threaded linear algebra: the OpenBLAS thread pool numpy starts when it loads
     # costs ~0.04 s of CPU per process for nothing (issue 31); nor do its specs take pydantic plugins
     # (third-party validation hooks, found by scanning every installed distribution's entry points when the
@@ -287,6 +288,10 @@ def command_settings():
     try:
         yield
     finally:
+        # what the command allocated (start-up's ~100k objects and its work's) joins the oldest generation before
+        # the 700-allocation threshold is back: else the next allocation starts a young collection that walks
+        # them all (25-60 ms after `paraplan estimate`, issue 31)
+        promote_to_oldest()
         gc.set_threshold(*thresholds)
 
 

@@ -20,14 +20,13 @@ group (one ranked plan with its ``equivalents``), and the top K is K groups.
 
 from __future__ import annotations
 
-import gc
 import heapq
 import time
-from contextlib import contextmanager
 
 import numpy as np
 
 from paraplan.cost.flops import model_flops_per_token
+from paraplan.io.collector import cyclic_gc_paused
 from paraplan.search import ranking
 from paraplan.search.grid_index import GridIndex
 from paraplan.search.processes import auto_workers
@@ -80,7 +79,7 @@ def search(
     problem.check()
     if evaluated_sink is not None and (collect_all or feasible_sink is not None):
         raise evaluated_sink_refused()
-    with _cyclic_gc_paused():
+    with cyclic_gc_paused():
         if evaluated_sink is not None:
             workers = 1  # the sink is called in this process
         return _search(
@@ -127,26 +126,6 @@ def _search(
             )
         result.all_feasible = everything
     return result
-
-
-@contextmanager
-def _cyclic_gc_paused():
-    """Python's cyclic garbage collector off for a search, back on after: the cost caches hold millions of
-    acyclic objects that every full collection walks again (a quarter of the unrestricted DeepSeek-V3 search, 21 s
-    against 17 s: docs/performance.md); the search makes no reference cycles worth collecting before it ends."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        # what the search allocated joins the oldest generation without a collection (freeze + unfreeze): a young-
-        # generation pass over its millions of cached objects took 0.4 s of the DeepSeek-V3 search; skipped when the
-        # caller keeps objects frozen (unfreeze would release them)
-        if not gc.get_freeze_count():
-            gc.freeze()
-            gc.unfreeze()
-        if was_enabled:
-            gc.enable()
 
 
 # spaces with more rows than this are searched block by block (search.blocks): one row table of the
