@@ -165,5 +165,6 @@ def test_a_command_leaves_what_it_allocated_in_the_oldest_generation(monkeypatch
     with pytest.raises(SystemExit):
         cli_main.main(["models"])
     assert gc.get_count()[0] < 700 and gc.get_freeze_count() == 0
-    oldest = {id(o) for o in gc.get_objects(generation=2)}  # a young collection would have left them in the middle one
+    # a young collection would have left them in the middle generation
+    oldest = {id(o) for o in gc.get_objects(generation=2)}
     assert all(id(o) in oldest for o in kept)
