@@ -52,6 +52,13 @@ class StackRuntimeFields(InputModel):
             )
         return value
 
+    fsdp_runtime: Literal["none", "fsdp1", "fsdp2"] = Field(
+        "none",
+        description="the runtime that shards parameters under ZeRO-3 / FSDP, for its copies and casts: fsdp1 "
+        "(FullyShardedDataParallel's flat parameter, cost.runtimes.fsdp1_*) or fsdp2 (fully_shard, "
+        "cost.runtimes.fsdp2_*), priced at the run's compute and reduce dtypes "
+        "(step.constants.runtime_terms); none: no copies beyond the collectives",
+    )
     fp8_param_gather: bool = Field(
         False,
         description="fp8 runs keep fp8 primary weights and all-gather them in fp8 (1 B per parameter)",
@@ -259,30 +266,6 @@ class RuntimeCosts(StackRuntimeFields):
         ge=0.0,
         description="HBM bytes per parameter the runtime moves after each micro-batch's backward to add its "
         "gradient into the gradient held across micro-batches (0: fused into the wgrad GEMM)",
-    )
-    zero3_compute_copy_bytes: float = Field(
-        0.0,
-        ge=0.0,
-        description="ZeRO-3 / FSDP: HBM bytes per gathered parameter and micro-batch of the copies the runtime "
-        "runs on the compute stream (FSDP2 copy-out of both gathers and the reduce-scatter copy-in)",
-    )
-    zero3_gather_copy_bytes: float = Field(
-        0.0,
-        ge=0.0,
-        description="ZeRO-3 / FSDP: HBM bytes per shard element of one all-gather's copy-in (and cast), on the "
-        "all-gather's stream in series with it",
-    )
-    zero3_reduce_copy_bytes: float = Field(
-        0.0,
-        ge=0.0,
-        description="ZeRO-3 / FSDP: HBM bytes per shard element after one reduce-scatter (cast to the shard's dtype, "
-        "accumulation into the sharded gradient), on the reduce-scatter's stream in series with it",
-    )
-    zero3_reduce_unsharded_bytes: float = Field(
-        0.0,
-        ge=0.0,
-        description="ZeRO-3 / FSDP: HBM bytes per gathered parameter and micro-batch that the runtime moves over the "
-        "unsharded gradient on the reduce-scatter's stream before it (FSDP1's cast to the reduce dtype and pre-divide)",
     )
     ub_fp8_pipeline: bool = Field(
         False,
