@@ -21,10 +21,11 @@ FP8Recipe = Literal["delayed", "current", "blockwise", "mxfp8", "nvfp4"]
 GroupedGemm = Literal["te-multistream", "cutlass-grouped", "torch-grouped-mm", "deepgemm"]
 # the pipeline runtimes a stack runs with pp > 1 (FrameworkSpec.pipeline_engine, RuntimeCosts.pipeline_engine)
 PipelineEngine = Literal["megatron", "deepspeed", "torch", "none"]
-# the model-parallel kinds a stack's training loop may run (StackRuntimeFields.parallelism; data parallelism,
-# with ZeRO / FSDP sharding, every stack runs): tensor, sequence (over the TP group), TP comm-GEMM overlap,
-# pipeline, context and expert parallelism; specs.rules_stack.stack_parallelism_rules
-Parallelism = Literal["tp", "sp", "tp_overlap", "pp", "cp", "ep"]
+# the parallel kinds a stack's training loop may run (StackRuntimeFields.parallelism): data parallelism (with
+# ZeRO / FSDP sharding where the plan states it), tensor, sequence (over the TP group), TP comm-GEMM overlap,
+# pipeline, context and expert parallelism; a loop that runs none runs on one device;
+# specs.rules_stack.stack_parallelism_rules
+Parallelism = Literal["dp", "tp", "sp", "tp_overlap", "pp", "cp", "ep"]
 PARALLELISMS: tuple[Parallelism, ...] = get_args(Parallelism)
 
 
@@ -35,9 +36,10 @@ class StackRuntimeFields(InputModel):
     # a JSON / YAML list read as the tuple (strict validation takes no list for a tuple)
     parallelism: Annotated[tuple[Parallelism, ...], BeforeValidator(tuple)] = Field(
         PARALLELISMS,
-        description="the model-parallel kinds the stack's training loop runs (tp, sp: sequence parallelism, "
-        "tp_overlap: TP comm-GEMM overlap, pp, cp, ep); data parallelism and ZeRO / FSDP always. A plan using "
-        "another is refused and the search leaves it out (specs.rules_stack.stack_parallelism_rules); default all",
+        description="the parallel kinds the stack's training loop runs (dp: data parallelism, with ZeRO / FSDP "
+        "where the plan states it; tp, sp: sequence parallelism, tp_overlap: TP comm-GEMM overlap, pp, cp, ep); "
+        "none: one process on one device. A plan using another is refused and the search leaves it out "
+        "(specs.rules_stack.stack_parallelism_rules); default all",
     )
 
     @field_validator("parallelism")
