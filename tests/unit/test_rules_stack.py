@@ -180,7 +180,9 @@ def test_a_parallelism_list_names_each_kind_once():
     with pytest.raises(ValidationError, match="tp stated more than once"):
         StackRuntimeFields(parallelism=["tp", "tp", "sp", "pp", "cp", "ep"])
     dims = ParallelDims(tp=2, pp=1, dp=4, cp=1, ep=1, etp=1)
-    rules = stack_parallelism_rules(("dp", "tp", "sp", "pp", "cp", "ep"), dims, overlap_tp_comm=True)
+    rules = stack_parallelism_rules(
+        ("dp", "tp", "sp", "pp", "cp", "ep"), dims, overlap_tp_comm=True
+    )
     assert [field for field, *_ in rules] == ["plan.overlap_tp_comm"]
 
 
