@@ -15,14 +15,15 @@ from paraplan.cli.estimate_plan import set_overrides
 from paraplan.cost.frameworks import run_specs
 
 GIB = 2**30
-MODEL, SYSTEM, FRAMEWORK = "llama2-7b", "dgx-h100-80gb", "llm-foundry"
+# torchtitan: a stack that runs tp and pp (llm-foundry, with the same reserve, runs data parallelism only)
+MODEL, SYSTEM, FRAMEWORK = "llama2-7b", "dgx-h100-80gb", "torchtitan"
 # the capacity tells the order apart: the profile's reserve takes a share of the HBM it is given
 SETS = ["accelerator.hbm_capacity=96GiB"]
 PLAN = {"gpus": 8, "tp": 2, "zero": 1, "global_batch": 16, "seq_length": 2048}
 
 
 def _expected():
-    """By hand: llm-foundry reserves 0.5 GiB of CUDA context + 1.0 GiB of NCCL buffers + 5 % of the 80 GiB
+    """By hand: torchtitan reserves 0.5 GiB of CUDA context + 1.0 GiB of NCCL buffers + 5 % of the 80 GiB
     it is applied to = 5.5 GiB; the --set capacity comes after it (96 GiB, the reserve stays 5.5 GiB; the
     other order would give 0.5 + 1.0 + 0.05 x 96 = 6.3 GiB)."""
     model, system = load_model(MODEL), load_system(SYSTEM)
@@ -104,7 +105,7 @@ def _estimate_json(capsys, *args) -> dict:
 
 
 def test_a_per_stage_plan_takes_the_profile_then_set_as_its_uniform_form(capsys, tmp_path):
-    """gpt3-2.7b, pp 2 dp 4 ZeRO-1 on 8 H100s under llm-foundry with --set hbm 96 GiB: the uniform plan and
+    """gpt3-2.7b, pp 2 dp 4 ZeRO-1 on 8 H100s under torchtitan with --set hbm 96 GiB: the uniform plan and
     its per-stage form (estimate --plan, cost.frameworks.cluster_specs) give one step time and, per stage,
     one peak and capacity (the reserve 5.5 GiB of the profile on 80 GiB; --set was ignored on this path)."""
     from paraplan.cost.frameworks import framework_plan_fields

@@ -50,7 +50,8 @@ def test_search_under_deepspeeds_pipeline_engine_returns_1f1b_rows_only(cli):
         ("hf-transformers", ["--tp", "2", "--overlap-tp-comm"], "plan.overlap_tp_comm: True"),
         ("hf-transformers-fsdp", ["--tp", "2"], "plan.tp: 2"),
         ("hf-transformers-deepspeed", ["--pp", "2"], "plan.pp: 2"),
-        ("pytorch-eager", ["--tp", "2", "--sequence-parallel"], "plan.sequence_parallel: True"),
+        ("pytorch-compile", ["--tp", "2", "--sequence-parallel"], "plan.sequence_parallel: True"),
+        ("pytorch-eager", [], "plan.dp: 8"),
     ],
 )
 def test_estimate_refuses_parallelism_the_stacks_loop_does_not_run(cli, framework, extra, field):
@@ -58,7 +59,9 @@ def test_estimate_refuses_parallelism_the_stacks_loop_does_not_run(cli, framewor
     assert f"{field} is not allowed" in line and "the stack's training loop runs no" in line, line
 
 
-@pytest.mark.parametrize("framework", ["hf-transformers", "hf-transformers-fsdp", "pytorch-eager"])
+@pytest.mark.parametrize(
+    "framework", ["hf-transformers", "hf-transformers-fsdp", "pytorch-compile"]
+)
 def test_search_under_a_trainer_or_plain_loop_proposes_only_what_it_runs(cli, framework):
     code, out, err = cli("search", *GPT, "--framework", framework, "--top", "100", "--json")
     assert code == 0, err
@@ -68,3 +71,23 @@ def test_search_under_a_trainer_or_plain_loop_proposes_only_what_it_runs(cli, fr
         framework != "hf-transformers"
     ):  # Trainer v4.46.0 / the one-device loop: no model parallelism at all
         assert all(p["tp"] == 1 and p["cp"] == 1 and not p["sequence_parallel"] for p in plans)
+
+
+def test_a_one_device_loop_refuses_more_than_one_gpu_in_the_search(cli):
+    """pytorch-eager's loop is one process on one device (parallelism []): the uniform search refuses
+    --gpus 8 in one line naming the field, the value and what is allowed (specs.rules_stack.stack_gpus_rule)."""
+    line = one_line_error(cli("search", *GPT, "--framework", "pytorch-eager"))
+    assert "gpus: 8 is not allowed" in line and "runs on one device" in line, line
+    assert "allowed: 1" in line
+    one = [
+        "--model",
+        "gpt3-1.3b",
+        "--system",
+        "dgx-a100-80gb",
+        "--gpus",
+        "1",
+        "--global-batch",
+        "8",
+    ]
+    code, _, err = cli("search", *one, "--framework", "pytorch-eager", "--top", "3")
+    assert code == 0, err

@@ -37,7 +37,7 @@ from tests.hetero.test_hetero_cli_and_cases import MIXED, MODEL, run
 REL = 1e-9
 # profiles with a launcher (search.launch.TARGETS, through their base) and without one
 LAUNCHED = ("torchtitan", "deepspeed", "megatron-core", "nemo-24.09")
-FRAMEWORKS = (*LAUNCHED, "pytorch-eager", "megatron-deepspeed", "hf-transformers")
+FRAMEWORKS = (*LAUNCHED, "pytorch-compile", "megatron-deepspeed", "hf-transformers")
 
 
 def re_estimate(model, cluster, framework: str, plan) -> float:

@@ -23,7 +23,10 @@ from tests.hetero.test_hetero_cli_and_cases import MODEL
 from tests.hetero.test_search_framework import assert_launched, re_estimate
 from tests.unit.test_one_path import assert_same, both_paths
 
-FRAMEWORKS = (None, *framework_names())
+# the profiles whose loops run on more than one GPU (a one-device loop's per-stage searches are refused:
+# test_one_device_loops_have_no_per_stage_search)
+ONE_DEVICE = tuple(n for n in framework_names() if not load_framework(n).parallelism)
+FRAMEWORKS = (None, *(n for n in framework_names() if n not in ONE_DEVICE))
 SWIGLU = ModelSpec(name="tiny-swiglu", **(MODEL | {"mlp": "swiglu"}))
 SYSTEM = "dgx-a100-80gb"
 
@@ -84,6 +87,14 @@ def test_both_searches_vary_the_same_modes(framework, monkeypatch):
     assert set(uniform) >= {"none", "full"}
     assert alleviation_modes(framework, monkeypatch) == uniform
     assert cluster_search_modes(framework, uniform, monkeypatch) == uniform
+
+
+@pytest.mark.parametrize("framework", ONE_DEVICE)
+def test_one_device_loops_have_no_per_stage_search(framework):
+    """pytorch-eager and pytorch-eager-bf16 run one process on one device (parallelism []): the per-stage
+    searches refuse the 8-GPU cluster by name (specs.rules_stack.stack_gpus_rule)."""
+    with pytest.raises(InputError, match="cluster: 8 GPUs is not allowed; .*runs on one device"):
+        problem_for(framework)
 
 
 def test_the_modes_are_the_stacks():

@@ -94,15 +94,18 @@ def draw_plan(rng: random.Random, dtype: str, framework: str) -> tuple[str, str,
 def runnable(fields: dict, runs: tuple[str, ...]) -> dict:
     """The drawn plan on the parallel kinds the profile's loop runs (its ``parallelism``, refused otherwise:
     specs.rules_stack.stack_parallelism_rules): the GPUs of a tp or pp it lacks become data-parallel replicas
-    (the micro-batch count kept), with no sequence parallelism or TP overlap it lacks, one stage under 1F1B."""
+    (the micro-batch count kept), or are dropped where it runs no data parallelism either (a one-device loop:
+    gpus = tp·pp), with no sequence parallelism or TP overlap it lacks, one stage under 1F1B."""
     out = dict(fields)
     if "tp" not in runs:
         out["tp"] = 1
     if "pp" not in runs:
         out |= {"pp": 1, "vpp": 1, "schedule": "1f1b"}
+    if "dp" not in runs:
+        out["gpus"] = out["tp"] * out["pp"]
     replicas = fields["gpus"] // (fields["tp"] * fields["pp"])
     out["global_batch"] = (
-        fields["global_batch"] // replicas * (fields["gpus"] // (out["tp"] * out["pp"]))
+        fields["global_batch"] // replicas * (out["gpus"] // (out["tp"] * out["pp"]))
     )
     if "sp" not in runs or out["tp"] == 1:
         out["sequence_parallel"] = False
@@ -215,12 +218,14 @@ def test_estimate_plan_file_takes_the_framework(cli, tmp_path, framework):
     and a one-stage plan of the kinds the loop runs is priced alike."""
     options = ["--model", "llama2-7b", "--system", "dgx-h100-80gb", "--framework", framework]
     model, system = load_model("llama2-7b"), load_system("dgx-h100-80gb")
-    tp = 2 if "tp" in load_framework(framework).parallelism else 1
+    runs = load_framework(framework).parallelism
+    tp = 2 if "tp" in runs else 1
     for pp in (2, 1):
-        plan = {"gpus": 8, "tp": tp, "pp": pp, "global_batch": 16, "seq_length": 2048, "zero": 1}
+        gpus = 8 if "dp" in runs else tp * pp  # a one-device loop: no data-parallel replicas
+        plan = {"gpus": gpus, "tp": tp, "pp": pp, "global_batch": 16, "seq_length": 2048, "zero": 1}
         flags = [f"--{k.replace('_', '-')}={v}" for k, v in plan.items()]
         stages = uniform_stage_plan(
-            PlanSpec(**plan), model, uniform_cluster(system, 8).pools[0].name
+            PlanSpec(**plan), model, uniform_cluster(system, gpus).pools[0].name
         )
         path = tmp_path / "stages.yaml"
         path.write_text(yaml.safe_dump(stage_plan_to_dict(stages)))

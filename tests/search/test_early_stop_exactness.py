@@ -20,8 +20,10 @@ from paraplan.step.build import BLOCK_KINDS, model_block_kinds
 
 
 def _problem(framework: str, model: str, **sizes) -> SearchProblem:
-    """A search on one DGX H100 node under ``framework``, full recomputation only."""
-    fw = load_framework(framework)
+    """A search on one DGX H100 node under ``framework``, full recomputation only. The profile's loop is taken
+    as running data parallelism (``parallelism: [dp]``): pytorch-eager's own loop is one process on one device
+    (specs.rules_stack.stack_gpus_rule), and the early stop is priced alike on any number of replicas."""
+    fw = load_framework(load_framework(framework).model_dump() | {"parallelism": ["dp"]})
     fields = {"vary_placement": False, "vary_offload": False, **framework_search_fields(fw)}
     system = framework_system(fw, load_system("dgx-h100-80gb"))
     return SearchProblem(

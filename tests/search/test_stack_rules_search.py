@@ -57,13 +57,28 @@ def test_no_searched_plan_runs_a_schedule_deepspeeds_pipeline_engine_lacks():
     assert {"interleaved", "gpipe"} <= {p.plan.pipeline_schedule for p in free}
 
 
-@pytest.mark.parametrize("framework", ["hf-transformers", "hf-transformers-fsdp", "pytorch-eager"])
+@pytest.mark.parametrize(
+    "framework", ["hf-transformers", "hf-transformers-fsdp", "pytorch-compile"]
+)
 def test_no_searched_plan_runs_parallelism_the_loop_lacks(framework):
     plans = _exact(_problem(framework))
     runs = load_framework(framework).parallelism
     assert plans and all(p.pp == 1 and not p.overlap_tp_comm for p in plans)
     assert ("tp" in runs) == any(p.tp > 1 for p in plans)
     assert ("sp" in runs) == any(p.sequence_parallel for p in plans)
+
+
+def test_a_one_device_loop_is_searched_on_one_gpu_only():
+    """pytorch-eager's loop runs no parallel kind (parallelism []): 16 GPUs are refused by name before any
+    split (specs.rules_stack.stack_gpus_rule), one GPU is searched."""
+    from paraplan.specs.errors import InputError
+
+    with pytest.raises(
+        InputError, match="gpus: 16 is not allowed; .*runs on one device.*allowed: 1"
+    ):
+        _exact(_problem("pytorch-eager"))
+    plans = _exact(_problem("pytorch-eager", gpus=1, global_batch=4, pp=None, tp=None))
+    assert plans and all(p.gpus == 1 for p in plans)
 
 
 def test_per_stage_searches_keep_the_engines_schedule_and_the_stacks_parallelism():

@@ -73,8 +73,9 @@ def test_gradients_allocated_in_backward_leave_the_activation_peak():
     assert held.peak_bytes == estimate(model, h100(), accumulated).first_stage.peak_bytes
     # the eager profiles state it
     assert estimate(model, h100("pytorch-eager"), plan).first_stage.gradients_bytes == 0.0
+    # pytorch-compile's DDP loop (its speedrun cases): DDP's buckets hold the gradients at the peak
     ddp = PlanSpec(gpus=8, global_batch=32, micro_batch=4, seq_length=2048)
-    assert estimate(model, h100("pytorch-eager"), ddp).first_stage.gradients_bytes > 0.0
+    assert estimate(model, h100("pytorch-compile"), ddp).first_stage.gradients_bytes > 0.0
 
 
 @pytest.mark.parametrize("framework", ["pytorch-eager", "hf-transformers"])

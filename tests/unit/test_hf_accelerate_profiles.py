@@ -10,9 +10,10 @@ import pytest
 
 from paraplan.catalog import framework_stack, load_framework, load_model, load_system
 from paraplan.cost.frameworks import framework_plan_fields, framework_system
-from paraplan.cost.runtimes import fsdp_reduce_bytes, fused_adamw_clip_bytes, runtime_costs
+from paraplan.cost.runtimes import FSDP_COPY_FIELDS, fused_adamw_clip_bytes, runtime_costs
 from paraplan.specs.plan import PlanSpec
 from paraplan.specs.system import OPTIMIZER_BYTES_PER_PARAM
+from paraplan.step.constants import system_terms
 from paraplan.step.estimate import estimate
 from paraplan.validate.features import band_keys, case_population
 
@@ -42,28 +43,58 @@ def test_the_profiles_refine_hf_transformers_and_run_its_stack(name):
     assert case_population(model, name) == "dense hf-transformers"
 
 
-def test_fsdp_reduce_bytes_by_hand():
-    assert fsdp_reduce_bytes("fp32", "kept") == 4.0  # torchtitan's reduce_dtype float32
-    assert (
-        fsdp_reduce_bytes("fp32", "compute") == 2.0
-    )  # Accelerate: reduce_dtype = param_dtype bf16
-    assert fsdp_reduce_bytes("bf16", "kept") == 2.0  # llm-foundry's PURE
+def _copy_terms(name: str, dtype: str) -> tuple[dict, float]:
+    """The FSDP copies' StepInputs fields and the gradient reduction's bytes of a ``dtype`` run under profile
+    ``name`` (step.constants.system_terms: cost.runtimes.fsdp_copy_bytes at the run's compute and reduce dtypes)."""
+    profile = load_framework(name)
+    system = framework_system(profile, load_system("dgx-h100-80gb"))
+    plan = PlanSpec(**framework_plan_fields(profile, dict(PLAN, dtype=dtype, zero=3)))
+    terms = system_terms(system, dtype, plan)
+    return {field: terms[field] for field in FSDP_COPY_FIELDS}, terms["grad_reduce_bytes"]
+
+
+def test_fsdp_reduce_follows_the_run_dtype_by_hand():
+    """The FSDP copies take the reduce dtype the run's reduce-scatter moves: bf16 (2 B) under Accelerate's
+    MixedPrecision(reduce_dtype=bf16) and llm-foundry's PURE, fp32 (4 B) under torchtitan's
+    mixed_precision_reduce; an fp32 run reduces in fp32 (4 B) under every one (no MixedPrecision policy under
+    Accelerate's mixed precision "no"; PURE at precision fp32; torchtitan's float32 param dtype)."""
+    assert _copy_terms(FSDP, "bf16")[1] == 2.0
+    assert _copy_terms("llm-foundry", "bf16")[1] == 2.0
+    assert _copy_terms("torchtitan", "bf16")[1] == 4.0
+    for name in (FSDP, "llm-foundry", "torchtitan"):
+        assert _copy_terms(name, "fp32")[1] == 4.0, name
 
 
 def test_fsdp1_copies_at_a_bf16_reduce_by_hand():
     """FSDP1 with param dtype p = 2, fp32 shards s = 4, reduce dtype r = 2 (cost.runtimes.fsdp1_*)."""
-    fsdp = runtime_costs(load_framework(FSDP))
+    assert runtime_costs(load_framework(FSDP)).fsdp_runtime == "fsdp1"
+    fsdp, _ = _copy_terms(FSDP, "bf16")
     assert (
-        fsdp.zero3_gather_copy_bytes == 4 + 2
+        fsdp["zero3_gather_copy_bytes"] == 4 + 2
     )  # the shard's cast to bf16 before the gather: s + p
-    assert fsdp.zero3_compute_copy_bytes == 2 * 2  # the split's backward: 2p
-    assert fsdp.zero3_reduce_unsharded_bytes == 2 * 2  # p = r: no cast, the pre-divide 2r
-    assert fsdp.zero3_reduce_copy_bytes == 2 * 2 + (2 + 4) + 3 * 4  # post-divide, cast, accumulate
-    assert not fsdp.zero2_reduce_per_microbatch  # Trainer's no_sync
+    assert fsdp["zero3_compute_copy_bytes"] == 2 * 2  # the split's backward: 2p
+    assert fsdp["zero3_reduce_unsharded_bytes"] == 2 * 2  # p = r: no cast, the pre-divide 2r
+    assert (
+        fsdp["zero3_reduce_copy_bytes"] == 2 * 2 + (2 + 4) + 3 * 4
+    )  # post-divide, cast, accumulate
+    assert not runtime_costs(load_framework(FSDP)).zero2_reduce_per_microbatch  # Trainer's no_sync
     for name in (BASE, DS):  # neither prices a FlatParameter's copies
-        other = runtime_costs(load_framework(name))
-        assert other.zero3_compute_copy_bytes == other.zero3_gather_copy_bytes == 0.0
+        other, _ = _copy_terms(name, "bf16")
+        assert set(other.values()) == {0.0}, name
     assert runtime_costs(load_framework(DS)).zero2_reduce_per_microbatch
+
+
+def test_fsdp1_copies_of_an_fp32_run_by_hand():
+    """An fp32 run (Accelerate's mixed precision "no": no MixedPrecision policy) gathers and reduces fp32:
+    p = r = s = 4, so no cast before the gather or around the reduce-scatter (cost.runtimes.fsdp1_*)."""
+    fsdp, reduce = _copy_terms(FSDP, "fp32")
+    assert reduce == 4.0
+    assert fsdp["zero3_gather_copy_bytes"] == 0.0  # s = p: no low-precision shard
+    assert fsdp["zero3_compute_copy_bytes"] == 2 * 4  # the split's backward: 2p
+    assert fsdp["zero3_reduce_unsharded_bytes"] == 2 * 4  # the pre-divide, 2r
+    assert (
+        fsdp["zero3_reduce_copy_bytes"] == 2 * 4 + 3 * 4
+    )  # post-divide, accumulate (r = s: no cast)
 
 
 def test_optimizer_step_by_hand():

@@ -9,7 +9,11 @@ import pytest
 
 from paraplan.catalog import load_framework
 from paraplan.specs.parallel import ParallelDims
-from paraplan.specs.rules_stack import engine_schedule_rule, stack_parallelism_rules
+from paraplan.specs.rules_stack import (
+    engine_schedule_rule,
+    stack_gpus_rule,
+    stack_parallelism_rules,
+)
 from paraplan.specs.runtime import PARALLELISMS
 from paraplan.specs.uniform_stages import stage_engine
 
@@ -51,27 +55,62 @@ def test_stack_parallelism_rules_name_each_kind_the_loop_does_not_run():
     refused = stack_parallelism_rules(("tp", "sp", "cp", "ep"), dims, True, True)
     assert [(f, v) for f, v, _ in refused] == [("plan.overlap_tp_comm", True), ("plan.pp", 2)]
     assert "allowed: 1" in refused[1][2] and "pipeline parallelism" in refused[1][2]
-    assert stack_parallelism_rules((), ParallelDims(tp=1, dp=8)) == []  # data parallelism: always
+    # a loop stating no kind runs one process on one device: dp > 1 refused, named with what is allowed
+    assert stack_parallelism_rules((), ParallelDims(tp=1, dp=8)) == [
+        (
+            "plan.dp",
+            8,
+            "the stack's training loop runs no data parallelism (its framework profile's parallelism: none: "
+            "one process on one device); allowed: 1",
+        )
+    ]
+    assert stack_parallelism_rules(("dp",), ParallelDims(tp=1, dp=8)) == []
+    assert stack_parallelism_rules((), ParallelDims()) == []  # one GPU
+
+
+def test_a_one_device_loop_refuses_more_than_one_gpu():
+    """stack_gpus_rule, the searches' check before they split the GPUs: a loop running none of dp, tp, pp, cp
+    refuses gpus > 1; any one of them (or one GPU) passes."""
+    assert "runs on one device" in stack_gpus_rule((), 8) and "allowed: 1" in stack_gpus_rule((), 8)
+    assert stack_gpus_rule(("sp", "ep"), 2)  # carved out of the others: no GPUs of their own
+    assert stack_gpus_rule((), 1) is None
+    for kind in ("dp", "tp", "pp", "cp"):
+        assert stack_gpus_rule((kind,), 8) is None
 
 
 @pytest.mark.parametrize(
     "framework, runs",
     [
-        ("hf-transformers", ("tp", "sp", "cp", "ep")),
-        ("hf-transformers-fsdp", ()),
-        ("hf-transformers-deepspeed", ()),
+        ("hf-transformers", ("dp", "tp", "sp", "cp", "ep")),
+        ("hf-transformers-fsdp", ("dp",)),
+        ("hf-transformers-deepspeed", ("dp",)),
         ("pytorch-eager", ()),
         ("pytorch-eager-bf16", ()),
-        ("pytorch-compile", ()),
+        ("pytorch-compile", ("dp",)),  # its speedrun cases: DDP over the compiled model
+        ("llm-foundry", ("dp",)),  # Composer v0.17.2: DDP / FSDP only, no pipeline
+        ("megatron-lm-2019", ("dp", "tp")),
+        ("megatron-lm-v1.0", ("dp", "tp")),
+        ("megatron-lm-2021", ("dp", "tp", "sp", "pp")),
+        ("torchtitan", ("dp", "tp", "sp", "pp", "cp")),  # AsyncTP needs compile
+        ("torchtitan-compiled", ("dp", "tp", "sp", "tp_overlap", "pp", "cp")),
+        ("deepspeed-2021", ("dp", "tp", "pp", "ep")),
         ("megatron-core", PARALLELISMS),
-        ("megatron-deepspeed", PARALLELISMS),
+        ("megatron-bridge-25.11", PARALLELISMS),
+        ("megatron-deepspeed", ("dp", "tp", "sp", "pp", "cp", "ep")),
     ],
 )
 def test_profiles_state_the_parallelism_their_loops_run(framework, runs):
-    profile = load_framework(framework)
-    assert profile.parallelism == runs
-    if runs != PARALLELISMS:
-        assert "parallelism" in profile.sources  # every restriction cites its source
+    assert load_framework(framework).parallelism == runs
+
+
+def test_every_profile_states_its_parallelism_with_a_citation():
+    """No profile leaves ``parallelism`` at the default: each states it, or takes it from its base profile,
+    with its source (the field's value is a claim about the stack's code, read at the profile's version)."""
+    from paraplan.catalog import framework_names
+
+    for name in framework_names():
+        profile = load_framework(name)
+        assert "parallelism" in profile.sources, name
 
 
 def test_a_uniform_plan_restated_stage_by_stage_keeps_the_profiles_engine():
@@ -126,6 +165,9 @@ def test_per_stage_check_refuses_parallelism_a_pools_stack_does_not_run():
         "plan.tp",
         "plan.pp",
     ]  # named once, though two stages use them
+    # a one-device loop: the stage's 8 data-parallel replicas are refused
+    eager = framework_cluster(load_framework("pytorch-eager"), plain)
+    assert fields(eager, plan(1, 1)) == ["plan.dp"]
 
 
 def test_a_parallelism_list_names_each_kind_once():
@@ -138,5 +180,25 @@ def test_a_parallelism_list_names_each_kind_once():
     with pytest.raises(ValidationError, match="tp stated more than once"):
         StackRuntimeFields(parallelism=["tp", "tp", "sp", "pp", "cp", "ep"])
     dims = ParallelDims(tp=2, pp=1, dp=4, cp=1, ep=1, etp=1)
-    rules = stack_parallelism_rules(("tp", "sp", "pp", "cp", "ep"), dims, overlap_tp_comm=True)
+    rules = stack_parallelism_rules(
+        ("dp", "tp", "sp", "pp", "cp", "ep"), dims, overlap_tp_comm=True
+    )
     assert [field for field, *_ in rules] == ["plan.overlap_tp_comm"]
+
+
+def test_per_stage_searches_refuse_a_one_device_loop_over_more_than_one_gpu():
+    """The per-stage searches' problem (search.staged.problem.HeteroProblem) refuses a cluster of 8 GPUs under
+    pytorch-eager (parallelism []: one process on one device) before it splits it (stack_gpus_rule); the same
+    cluster under hf-transformers-fsdp (dp) passes."""
+    from paraplan.catalog import load_model, load_system
+    from paraplan.cost.frameworks import framework_cluster
+    from paraplan.search.staged.problem import HeteroProblem
+    from paraplan.specs.cluster import uniform_cluster
+    from paraplan.specs.errors import InputError
+
+    model, plain = load_model("gpt3-1.3b"), uniform_cluster(load_system("dgx-a100-80gb"), 8)
+    eager = framework_cluster(load_framework("pytorch-eager"), plain)
+    with pytest.raises(InputError, match="cluster: 8 GPUs is not allowed; .*runs on one device"):
+        HeteroProblem(model, eager, global_batch=64, seq_length=2048)
+    fsdp = framework_cluster(load_framework("hf-transformers-fsdp"), plain)
+    assert HeteroProblem(model, fsdp, global_batch=64, seq_length=2048).cluster.gpus == 8

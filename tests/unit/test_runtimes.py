@@ -7,8 +7,9 @@ from __future__ import annotations
 import pytest
 
 from paraplan.catalog import load_framework, load_model, load_system
-from paraplan.cost.frameworks import apply_framework, framework_system
+from paraplan.cost.frameworks import apply_framework, framework_plan_fields, framework_system
 from paraplan.cost.runtimes import (
+    FSDP_COPY_FIELDS,
     batch_sync_idle_s,
     bf16_optimizer_accumulation_bytes,
     fsdp1_compute_copy_bytes,
@@ -18,12 +19,15 @@ from paraplan.cost.runtimes import (
     fsdp2_compute_copy_bytes,
     fsdp2_gather_copy_bytes,
     fsdp2_reduce_copy_bytes,
+    fsdp_copy_bytes,
     runtime_copy_s,
     runtime_costs,
 )
 from paraplan.specs.plan import PlanSpec
 from paraplan.specs.runtime import RuntimeCosts
 from paraplan.specs.system import SystemSpec
+from paraplan.step import constants
+from paraplan.step import estimate as step_estimate
 from paraplan.step.estimate import estimate
 
 
@@ -31,6 +35,37 @@ def _with_runtime(system: SystemSpec, **fields) -> SystemSpec:
     data = system.model_dump()
     data["accelerator"]["efficiency"]["runtime"] = RuntimeCosts(**fields).model_dump()
     return SystemSpec.model_validate(data)
+
+
+def _clear_estimate_caches() -> None:
+    for cache in step_estimate.ESTIMATE_CACHES:
+        cache.cache_clear()
+
+
+@pytest.fixture
+def with_copies(monkeypatch):
+    """Sets the FSDP copies' StepInputs fields to the given values (the rest 0) whatever the stack and dtype,
+    to price each on its own through the step (step.constants.runtime_terms reads
+    cost.runtimes.fsdp_copy_bytes); the estimator's caches are cleared on each change and after the test."""
+
+    def set_copies(**fields) -> None:
+        values = dict.fromkeys(FSDP_COPY_FIELDS, 0.0) | fields
+        monkeypatch.setattr(constants, "fsdp_copy_bytes", lambda *_: values)
+        _clear_estimate_caches()
+
+    yield set_copies
+    monkeypatch.undo()
+    _clear_estimate_caches()
+
+
+def _copy_terms(name: str, dtype: str = "bf16") -> dict:
+    """The FSDP copies' StepInputs fields of a ``dtype`` run under profile ``name`` (step.constants.system_terms)."""
+    profile = load_framework(name)
+    system = framework_system(profile, load_system("dgx-h100-80gb"))
+    fields = {"gpus": 16, "zero": 3, "global_batch": 64, "seq_length": 4096, "dtype": dtype}
+    plan = PlanSpec(**framework_plan_fields(profile, fields))
+    terms = constants.system_terms(system, dtype, plan)
+    return {field: terms[field] for field in FSDP_COPY_FIELDS}
 
 
 def _with_hbm(system: SystemSpec, scale: float) -> SystemSpec:
@@ -61,15 +96,18 @@ def test_profiles_state_their_runtime():
     )
     # eager torchtitan: the copies are one kernel each at the plain HBM rate (eager_traffic_factor prices
     # only the op graph's unfused ops), so the same bytes and seconds as compiled
-    assert compiled.zero3_compute_copy_bytes == 14.0 and eager.zero3_compute_copy_bytes == 14.0
+    assert eager.fsdp_runtime == compiled.fsdp_runtime == "fsdp2"
+    assert _copy_terms("torchtitan-compiled") == _copy_terms("torchtitan")
+    assert _copy_terms("torchtitan")["zero3_compute_copy_bytes"] == 14.0
     # and the same runtime but for the K/V ring, which compile traces with its waits where issued
     assert (eager.cp_ring_overlap, compiled.cp_ring_overlap) == (True, False)
     assert eager == compiled.model_copy(update={"cp_ring_overlap": True})
-    assert compiled.zero3_gather_copy_bytes == 10.0 and compiled.zero3_reduce_copy_bytes == 12.0
+    copies = _copy_terms("torchtitan-compiled")
+    assert copies["zero3_gather_copy_bytes"] == 10.0 and copies["zero3_reduce_copy_bytes"] == 12.0
     assert compiled.p2p_transfers_per_exchange == 1.0 and compiled.grad_accumulation_bytes == 0.0
     mds = runtime_costs(load_framework("megatron-deepspeed"))
     assert mds.p2p_transfers_per_exchange == 2.0 and mds.grad_accumulation_bytes == 18.0
-    assert mds.zero3_compute_copy_bytes == 0.0
+    assert mds.fsdp_runtime == "none" and set(_copy_terms("megatron-deepspeed").values()) == {0.0}
     assert runtime_costs(load_framework("nemo-24.09")).fp8_param_gather is True
     # Megatron-Core's runtime adds nothing but the interleaved schedule's overlapped p2p and, under its
     # default delayed fp8 recipe, linear_proj's own fp8 input copy (graph.mla.attention_output_bytes)
@@ -89,13 +127,15 @@ def _fsdp_plan(**extra) -> PlanSpec:
     return PlanSpec(gpus=16, zero=3, global_batch=64, seq_length=4096, **extra)
 
 
-def test_fsdp2_compute_copies_are_exposed_per_microbatch():
+def test_fsdp2_compute_copies_are_exposed_per_microbatch(with_copies):
     """The compute-stream copies add m × P × b / rate to the step, P the GPU's (unsharded) parameters."""
     model, system = load_model("llama3-8b"), load_system("dgx-h100-80gb")
     plan = _fsdp_plan()
-    base = estimate(model, _with_runtime(system), plan)
-    one = estimate(model, _with_runtime(system, zero3_compute_copy_bytes=10.0), plan)
-    two = estimate(model, _with_runtime(system, zero3_compute_copy_bytes=20.0), plan)
+    base = estimate(model, system, plan)
+    with_copies(zero3_compute_copy_bytes=10.0)
+    one = estimate(model, system, plan)
+    with_copies(zero3_compute_copy_bytes=20.0)
+    two = estimate(model, system, plan)
     d1, d2 = one.step_time_s - base.step_time_s, two.step_time_s - base.step_time_s
     assert d2 == pytest.approx(2 * d1, rel=1e-9)
     rate = system.accelerator.hbm_bandwidth * system.accelerator.efficiency.hbm
@@ -106,15 +146,12 @@ def test_fsdp2_compute_copies_are_exposed_per_microbatch():
     assert one.breakdown.dp_comm_s - base.breakdown.dp_comm_s == pytest.approx(d1, rel=1e-9)
 
 
-def test_fsdp2_side_copies_lengthen_the_collectives():
+def test_fsdp2_side_copies_lengthen_the_collectives(with_copies):
     model, system = load_model("llama3-8b"), load_system("dgx-h100-80gb")
     plan = _fsdp_plan(overlap_param_gather=False, overlap_dp_grad_reduce=False)
-    base = estimate(model, _with_runtime(system), plan).step_time_s
-    side = estimate(
-        model,
-        _with_runtime(system, zero3_gather_copy_bytes=10.0, zero3_reduce_copy_bytes=12.0),
-        plan,
-    ).step_time_s
+    base = estimate(model, system, plan).step_time_s
+    with_copies(zero3_gather_copy_bytes=10.0, zero3_reduce_copy_bytes=12.0)
+    side = estimate(model, system, plan).step_time_s
     # nothing overlaps: the copies of every shard element, twice gathered and once reduced per micro-batch
     rate = system.accelerator.hbm_bandwidth * system.accelerator.efficiency.hbm
     expected = plan.microbatches * 8.03e9 / plan.dp * (2 * 10.0 + 12.0) / rate
@@ -276,25 +313,52 @@ def test_fsdp1_bytes_by_hand():
 def test_llm_foundry_runs_fsdp1():
     fw = load_framework("llm-foundry")
     assert fw.fsdp_runtime == "fsdp1" and "fsdp_runtime" in fw.sources
-    costs = runtime_costs(fw)  # PURE mixed precision: bf16 params and reduce, fp32 shards
+    costs = runtime_costs(fw)
     assert (
         costs
         == RuntimeCosts(
-            zero3_compute_copy_bytes=4.0,
-            zero3_gather_copy_bytes=6.0,
-            zero3_reduce_unsharded_bytes=4.0,
-            zero3_reduce_copy_bytes=22.0,
+            fsdp_runtime="fsdp1",
             zero2_reduce_per_microbatch=True,  # Composer enters no_sync only for DDP (step.tail.zero2_reduces)
             proj_quantised_copy=True,  # TE v0.10 te.Linear under DelayedScaling keeps its fp8 input copy
             pipeline_engine="none",  # the profile's: no pipeline parallelism
         )
     )
+    # PURE mixed precision: bf16 params and reduce, fp32 shards
+    assert _copy_terms("llm-foundry") == {
+        "zero3_compute_copy_bytes": 4.0,
+        "zero3_gather_copy_bytes": 6.0,
+        "zero3_reduce_unsharded_bytes": 4.0,
+        "zero3_reduce_copy_bytes": 22.0,
+    }
     # FSDP2 copies out of and into its flat buffers on the compute stream; FSDP1 does not
-    fsdp2 = runtime_costs(load_framework("torchtitan"))
-    assert costs.zero3_compute_copy_bytes < fsdp2.zero3_compute_copy_bytes
+    compute = "zero3_compute_copy_bytes"
+    assert _copy_terms("llm-foundry")[compute] < _copy_terms("torchtitan")[compute]
 
 
-def test_fsdp1_unsharded_gradient_passes_lengthen_the_reduce_scatter():
+def test_fsdp_copies_of_an_fp32_run_by_hand():
+    """An fp32 run gathers fp32 parameters (p = 4, no cast from the fp32 shard) and reduces in fp32 (r = 4)
+    under every FSDP stack (cost.runtimes.fsdp_copy_bytes); a bf16 run under torchtitan gathers bf16 and
+    reduces fp32 (its mixed_precision_reduce)."""
+    assert fsdp_copy_bytes("fsdp2", 2.0, 4.0) == _copy_terms("torchtitan", "bf16")
+    titan = _copy_terms("torchtitan", "fp32")
+    assert (
+        titan["zero3_compute_copy_bytes"] == 2 * (4 + 4) + 4 + 4 == 24.0
+    )  # copy-out twice, copy-in
+    assert titan["zero3_gather_copy_bytes"] == 2 * 4  # the copy-in only: p = s
+    assert titan["zero3_reduce_copy_bytes"] == 3 * 4  # the accumulation only: r = s
+    foundry = _copy_terms(
+        "llm-foundry", "fp32"
+    )  # PURE at precision fp32: fp32 param and reduce dtype
+    assert foundry == {
+        "zero3_compute_copy_bytes": 2 * 4,
+        "zero3_gather_copy_bytes": 0.0,
+        "zero3_reduce_unsharded_bytes": 2 * 4,
+        "zero3_reduce_copy_bytes": 2 * 4 + 3 * 4,
+    }
+    assert set(fsdp_copy_bytes("none", 4.0, 4.0).values()) == {0.0}
+
+
+def test_fsdp1_unsharded_gradient_passes_lengthen_the_reduce_scatter(with_copies):
     model, system = load_model("llama3-8b"), load_system("dgx-h100-80gb")
     plan = PlanSpec(
         gpus=16,
@@ -304,18 +368,17 @@ def test_fsdp1_unsharded_gradient_passes_lengthen_the_reduce_scatter():
         overlap_param_gather=False,
         overlap_dp_grad_reduce=False,
     )
-    base = estimate(model, _with_runtime(system), plan).step_time_s
-    side = estimate(model, _with_runtime(system, zero3_reduce_unsharded_bytes=4.0), plan)
+    base = estimate(model, system, plan).step_time_s
+    z1 = plan.model_copy(update={"zero": 1})
+    base_z1 = estimate(model, system, z1).step_time_s
+    with_copies(zero3_reduce_unsharded_bytes=4.0)
+    side = estimate(model, system, plan)
     # nothing overlaps: every gathered (unsharded) parameter once per micro-batch, 4 B, at the HBM rate
     rate = system.accelerator.hbm_bandwidth * system.accelerator.efficiency.hbm
     expected = plan.microbatches * 8.03e9 * 4.0 / rate
     assert side.step_time_s - base == pytest.approx(expected, rel=0.01)
     # and nothing without ZeRO-3
-    z1 = plan.model_copy(update={"zero": 1})
-    assert (
-        estimate(model, _with_runtime(system, zero3_reduce_unsharded_bytes=4.0), z1).step_time_s
-        == estimate(model, _with_runtime(system), z1).step_time_s
-    )
+    assert estimate(model, system, z1).step_time_s == base_z1
 
 
 def test_synchronous_launches_overlap_nothing():

@@ -30,32 +30,68 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from paraplan.cost.memory import GRAD_BYTES
 from paraplan.cost.moe_host import sync_drain_s
 from paraplan.specs.runtime import RuntimeCosts, StackRuntimeFields
 
 if TYPE_CHECKING:  # a framework profile's spec loads with a profile (catalog.load_framework)
     from paraplan.specs.framework import FrameworkSpec
 
-# bytes per element (FSDP1 and FSDP2): the sharded parameters stay in fp32 under MixedPrecisionPolicy (the optimizer's
-# copy), param_dtype bf16 is what the all-gather moves and the layer computes with (torchtitan
-# training.mixed_precision_param default bfloat16)
+# bytes per element of the sharded parameters (FSDP1 and FSDP2): fp32, the optimizer's copy, in every profile
+# that runs FSDP (torchtitan, llm-foundry / Composer, Trainer / Accelerate: the model's fp32 parameters are
+# sharded as they are and a mixed-precision param dtype exists only while gathered); the param dtype p (what
+# the all-gather moves and the layer computes with) and the reduce dtype r are the run's (``fsdp_copy_bytes``)
 FSDP_SHARD_BYTES = 4.0
-FSDP_PARAM_BYTES = 2.0
 # gathers of one layer's parameters per micro-batch: forward, and backward again after the forward resharded
 # (fully_shard reshard_after_forward=True, torchtitan's default for every block but the last, which is
 # reshard-free only on its own gather)
 FSDP_GATHERS_PER_MICROBATCH = 2.0
 
 
-def fsdp_reduce_bytes(grad_dtype: str, grad_reduce_dtype: str) -> float:
-    """Bytes per element of FSDP's reduce dtype r: the kept gradient's (GRAD_BYTES[grad_dtype], a
-    MixedPrecision reduce_dtype of fp32, torchtitan's) or, where the stack reduces in the compute dtype
-    (``grad_reduce_dtype`` compute: reduce_dtype = param_dtype, Accelerate's
-    FullyShardedDataParallelPlugin.set_mixed_precision, accelerate v1.10.0 utils/dataclasses.py), the
-    param dtype's FSDP_PARAM_BYTES, 2 B for bf16: what cost.memory.grad_reduce_bytes_per_param puts on
-    the wire for the same field."""
-    return FSDP_PARAM_BYTES if grad_reduce_dtype == "compute" else GRAD_BYTES[grad_dtype]
+# the StepInputs fields fsdp_copy_bytes sets
+FSDP_COPY_FIELDS = (
+    "zero3_compute_copy_bytes",
+    "zero3_gather_copy_bytes",
+    "zero3_reduce_copy_bytes",
+    "zero3_reduce_unsharded_bytes",
+)
+
+
+def fsdp_copy_bytes(fsdp_runtime: str, param_bytes: float, reduce_bytes: float) -> dict[str, float]:
+    """The StepInputs fields of the FSDP runtime's copies (``zero3_compute_copy_bytes``,
+    ``zero3_gather_copy_bytes``, ``zero3_reduce_copy_bytes``, ``zero3_reduce_unsharded_bytes``) for
+    ``fsdp_runtime`` (fsdp1, fsdp2; none: no copies) over fp32 shards (FSDP_SHARD_BYTES), at the run's param
+    dtype p = ``param_bytes`` and reduce dtype r = ``reduce_bytes``. The caller (step.constants.runtime_terms)
+    gives p the compute copy's bytes (cost.memory.compute_copy_bytes: 2 in mixed precision, 4 in fp32 / tf32)
+    and r the bytes of the run's data-parallel gradient reduction (step.constants.grad_reduce_bytes: the kept
+    gradient's bytes, or the compute copy's under ``grad_reduce_dtype`` compute), the one rule of both, so the
+    copies follow the dtype the reduce-scatter moves. Every FSDP stack reduces an fp32 run in fp32 (r = 4):
+    FSDP1 reduces in the param dtype where MixedPrecision names no reduce_dtype and in the original fp32
+    where it names neither (``FlatParamHandle._init_param_reduce_dtypes``, torch/distributed/fsdp/_flat_param.py
+    at fe03cf69); FSDP2 reduces in reduce_dtype, else in the param dtype the gradient is computed in
+    (``FSDPParam.init_dtype_attrs``, torch/distributed/fsdp/_fully_shard/_fsdp_param.py at 010ae4a8);
+    Accelerate sets MixedPrecision(param_dtype, reduce_dtype) only when the run's mixed precision is not "no"
+    (accelerate v1.10.0 at 5dcd16e7, state.py: ``if self._mixed_precision != "no"``
+    fsdp_plugin.set_mixed_precision, utils/dataclasses.py: param_dtype = reduce_dtype = the precision's
+    dtype); Composer's PURE preset takes param and reduce dtype from the run's precision, fp32 for precision
+    fp32 (mosaicml/composer v0.17.2 at 7e0e40a7, composer/trainer/mosaic_fsdp_utils.py get_mixed_precision,
+    _get_torch_dtype); torchtitan's training.mixed_precision_param takes float32 and its mixed_precision_reduce
+    is float32 only (pytorch/torchtitan torchtitan/config_manager.py at 820504e)."""
+    s, p, r = FSDP_SHARD_BYTES, param_bytes, reduce_bytes
+    if fsdp_runtime == "fsdp2":
+        return {
+            "zero3_compute_copy_bytes": fsdp2_compute_copy_bytes(p, r),
+            "zero3_gather_copy_bytes": fsdp2_gather_copy_bytes(s, p),
+            "zero3_reduce_copy_bytes": fsdp2_reduce_copy_bytes(s, r),
+            "zero3_reduce_unsharded_bytes": 0.0,
+        }
+    if fsdp_runtime == "fsdp1":
+        return {
+            "zero3_compute_copy_bytes": fsdp1_compute_copy_bytes(p),
+            "zero3_gather_copy_bytes": fsdp1_gather_copy_bytes(s, p),
+            "zero3_reduce_copy_bytes": fsdp1_reduce_copy_bytes(s, r),
+            "zero3_reduce_unsharded_bytes": fsdp1_reduce_unsharded_bytes(p, r),
+        }
+    return dict.fromkeys(FSDP_COPY_FIELDS, 0.0)
 
 
 def fsdp2_compute_copy_bytes(param_bytes: float, reduce_bytes: float) -> float:
@@ -252,20 +288,6 @@ def runtime_costs(framework: FrameworkSpec) -> RuntimeCosts:
         "p2p_overlap": framework.overlap_p2p_comm and framework.pipeline_engine == "megatron",
         "pipeline_engine": framework.pipeline_engine,
     }
-    reduce = fsdp_reduce_bytes(framework.grad_dtype, framework.grad_reduce_dtype)
-    if framework.fsdp_runtime == "fsdp2":
-        fields.update(
-            zero3_compute_copy_bytes=fsdp2_compute_copy_bytes(FSDP_PARAM_BYTES, reduce),
-            zero3_gather_copy_bytes=fsdp2_gather_copy_bytes(FSDP_SHARD_BYTES, FSDP_PARAM_BYTES),
-            zero3_reduce_copy_bytes=fsdp2_reduce_copy_bytes(FSDP_SHARD_BYTES, reduce),
-        )
-    if framework.fsdp_runtime == "fsdp1":
-        fields.update(
-            zero3_compute_copy_bytes=fsdp1_compute_copy_bytes(FSDP_PARAM_BYTES),
-            zero3_gather_copy_bytes=fsdp1_gather_copy_bytes(FSDP_SHARD_BYTES, FSDP_PARAM_BYTES),
-            zero3_reduce_unsharded_bytes=fsdp1_reduce_unsharded_bytes(FSDP_PARAM_BYTES, reduce),
-            zero3_reduce_copy_bytes=fsdp1_reduce_copy_bytes(FSDP_SHARD_BYTES, reduce),
-        )
     if framework.pipeline_engine == "deepspeed":
         fields["p2p_transfers_per_exchange"] = DEEPSPEED_PIPE_TRANSFERS_PER_EXCHANGE
         fields["batch_syncs"] = DEEPSPEED_PIPE_BATCH_SYNCS

@@ -61,7 +61,7 @@ from paraplan.specs.rules_moe import (
     moe_sequence_parallel_rule,
 )
 from paraplan.specs.rules_precision import accelerator_rules
-from paraplan.specs.rules_stack import stack_parallelism_rules
+from paraplan.specs.rules_stack import stack_gpus_rule, stack_parallelism_rules
 from paraplan.specs.system import SystemSpec
 from paraplan.specs.tp_layout import TP_LAYOUTS
 from paraplan.step.build import default_order_key, placed_domains, plan_spans
@@ -199,6 +199,8 @@ class SearchProblem(GridAxes):
         field_name = "global_batch" if self.global_batch is not None else "max_global_batch"
         if batch <= 0:
             raise InputError(f"{field_name}: {batch!r} is not allowed; must be a positive integer")
+        if rule := stack_gpus_rule(self.stack_runs, self.gpus):
+            raise InputError(f"gpus: {self.gpus} is not allowed; {rule}")
         factorizations = self.factorizations
         if not factorizations:
             restricted = [
@@ -251,9 +253,10 @@ class SearchProblem(GridAxes):
                         continue
                     if not launch.degrees_allowed(self.framework, tp, pp, cp, self.seq_length):
                         continue
-                    if stack_parallelism_rules(self.stack_runs, ParallelDims(tp, cp, 1, pp)):
+                    dp = self.gpus // (tp * pp * cp)
+                    if stack_parallelism_rules(self.stack_runs, ParallelDims(tp, cp, dp, pp)):
                         continue
-                    out.append(Factorization(tp, pp, cp, self.gpus // (tp * pp * cp)))
+                    out.append(Factorization(tp, pp, cp, dp))
         return out
 
     def placements(
@@ -323,7 +326,7 @@ class SearchProblem(GridAxes):
 
     @property
     def stack_runs(self) -> tuple[str, ...]:
-        """The model-parallel kinds the stack's training loop runs (efficiency.runtime.parallelism)."""
+        """The parallel kinds the stack's training loop runs (efficiency.runtime.parallelism)."""
         return self.system.accelerator.efficiency.runtime.parallelism
 
     def _layer_knobs(self, tp: int, cp: int) -> tuple[LayerKnob, ...]:

@@ -60,12 +60,6 @@ class FrameworkSpec(RuntimeFields, HostFields, EagerFields, StackRuntimeFields):
         "are priced on uniform plans (cost.runtimes); a per-stage plan names its runtime in plan.engine "
         "(step.engines.ENGINES)",
     )
-    fsdp_runtime: Literal["none", "fsdp1", "fsdp2"] = Field(
-        "none",
-        description="the runtime that shards parameters under ZeRO-3 / FSDP, for its copies and casts: fsdp1 "
-        "(FullyShardedDataParallel's flat parameter, cost.runtimes.fsdp1_*) or fsdp2 (fully_shard, "
-        "cost.runtimes.fsdp2_*); none: no copies beyond the collectives",
-    )
     grad_accumulation: Literal["fused", "bf16_optimizer"] = Field(
         "fused",
         description="how gradients are summed over micro-batches: in the wgrad GEMM or by autograd at no "

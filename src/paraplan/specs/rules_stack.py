@@ -1,6 +1,6 @@
 """What a stack's runtime runs, each rule written once (the plan rules' module, specs.rules, has the others):
 the ZeRO stages and pipeline schedules of its pipeline engine (a per-stage plan's plan.engine, a uniform plan's
-efficiency.runtime.pipeline_engine: the framework profile's), and the model-parallel kinds its training loop
+efficiency.runtime.pipeline_engine: the framework profile's), and the parallel kinds its training loop
 runs (efficiency.runtime.parallelism, specs.runtime.StackRuntimeFields). The uniform estimate
 (step.estimate._system_violations), the per-stage check (specs.stage_plan), the uniform search (search.space
 factorizations and layer knobs, search.grid_axes schedule and state options, search.launch.state_allowed)
@@ -56,6 +56,7 @@ def engine_schedule_rule(engine: str, schedule: str, vpp: int, pp: int) -> str |
 
 # (parallelism kind, plan field, what it is) in the order a plan's violations name them
 _KINDS = (
+    ("dp", "dp", "data parallelism"),
     ("tp", "tp", "tensor parallelism"),
     ("sp", "sequence_parallel", "sequence parallelism"),
     ("tp_overlap", "overlap_tp_comm", "TP comm-GEMM overlap"),
@@ -65,19 +66,25 @@ _KINDS = (
 )
 
 
+# the kinds whose degrees multiply to the plan's GPUs (specs.parallel.DIMS)
+_SPREADING = ("dp", "tp", "pp", "cp")
+
+
 def stack_parallelism_rules(
     runs: tuple[str, ...],
     dims: ParallelDims,
     sequence_parallel: bool = False,
     overlap_tp_comm: bool = False,
 ) -> list[Rule]:
-    """(field, value, rule) for every model-parallel kind the plan uses that the stack's training loop does not
-    run (``runs``: efficiency.runtime.parallelism, the framework profile's, each entry cited there): tp > 1,
+    """(field, value, rule) for every parallel kind the plan uses that the stack's training loop does not run
+    (``runs``: efficiency.runtime.parallelism, the framework profile's, each entry cited there): dp > 1, tp > 1,
     sequence parallelism and TP comm overlap (used only where tp > 1: over one GPU they split nothing), pp > 1,
-    cp > 1, ep > 1. Empty where the stack runs them all."""
+    cp > 1, ep > 1. A loop that runs none (a profile stating ``parallelism: []``) runs one process on one
+    device. Empty where the stack runs them all."""
     if set(runs) >= set(PARALLELISMS):
         return []
     used = {
+        "dp": dims.dp > 1,
         "tp": dims.tp > 1,
         "sp": bool(sequence_parallel) and dims.tp > 1,
         "tp_overlap": bool(overlap_tp_comm) and dims.tp > 1,
@@ -85,8 +92,8 @@ def stack_parallelism_rules(
         "cp": dims.cp > 1,
         "ep": dims.ep > 1,
     }
-    values = {"tp": dims.tp, "pp": dims.pp, "cp": dims.cp, "ep": dims.ep}
-    stated = ", ".join(runs) or "none beyond data parallelism"
+    values = {"dp": dims.dp, "tp": dims.tp, "pp": dims.pp, "cp": dims.cp, "ep": dims.ep}
+    stated = _stated(runs)
     out = []
     for kind, field, what in _KINDS:
         if used[kind] and kind not in runs:
@@ -94,3 +101,22 @@ def stack_parallelism_rules(
             why = f"the stack's training loop runs no {what} (its framework profile's parallelism: {stated})"
             out.append((f"plan.{field}", values.get(kind, True), f"{why}; allowed: {allowed}"))
     return out
+
+
+def stack_gpus_rule(runs: tuple[str, ...], gpus: int) -> str | None:
+    """A training loop that runs none of the kinds that spread a plan over GPUs (dp, tp, pp, cp: ep and
+    sequence parallelism are carved out of them) refuses more than one GPU: every split of gpus > 1 has one
+    of them > 1, refused by stack_parallelism_rules. A profile stating ``parallelism: []`` (one process on
+    one device) is one. The searches ask it before they split the GPUs (search.space, search.staged.problem),
+    where every candidate would be refused."""
+    if gpus > 1 and not set(runs) & set(_SPREADING):
+        return (
+            f"the stack's training loop runs on one device (its framework profile's parallelism: "
+            f"{_stated(runs)}); allowed: 1"
+        )
+    return None
+
+
+def _stated(runs: tuple[str, ...]) -> str:
+    """The profile's parallelism as a refusal names it."""
+    return ", ".join(runs) or "none: one process on one device"

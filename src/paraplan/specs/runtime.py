@@ -21,10 +21,11 @@ FP8Recipe = Literal["delayed", "current", "blockwise", "mxfp8", "nvfp4"]
 GroupedGemm = Literal["te-multistream", "cutlass-grouped", "torch-grouped-mm", "deepgemm"]
 # the pipeline runtimes a stack runs with pp > 1 (FrameworkSpec.pipeline_engine, RuntimeCosts.pipeline_engine)
 PipelineEngine = Literal["megatron", "deepspeed", "torch", "none"]
-# the model-parallel kinds a stack's training loop may run (StackRuntimeFields.parallelism; data parallelism,
-# with ZeRO / FSDP sharding, every stack runs): tensor, sequence (over the TP group), TP comm-GEMM overlap,
-# pipeline, context and expert parallelism; specs.rules_stack.stack_parallelism_rules
-Parallelism = Literal["tp", "sp", "tp_overlap", "pp", "cp", "ep"]
+# the parallel kinds a stack's training loop may run (StackRuntimeFields.parallelism): data parallelism (with
+# ZeRO / FSDP sharding where the plan states it), tensor, sequence (over the TP group), TP comm-GEMM overlap,
+# pipeline, context and expert parallelism; a loop that runs none runs on one device;
+# specs.rules_stack.stack_parallelism_rules
+Parallelism = Literal["dp", "tp", "sp", "tp_overlap", "pp", "cp", "ep"]
 PARALLELISMS: tuple[Parallelism, ...] = get_args(Parallelism)
 
 
@@ -35,9 +36,10 @@ class StackRuntimeFields(InputModel):
     # a JSON / YAML list read as the tuple (strict validation takes no list for a tuple)
     parallelism: Annotated[tuple[Parallelism, ...], BeforeValidator(tuple)] = Field(
         PARALLELISMS,
-        description="the model-parallel kinds the stack's training loop runs (tp, sp: sequence parallelism, "
-        "tp_overlap: TP comm-GEMM overlap, pp, cp, ep); data parallelism and ZeRO / FSDP always. A plan using "
-        "another is refused and the search leaves it out (specs.rules_stack.stack_parallelism_rules); default all",
+        description="the parallel kinds the stack's training loop runs (dp: data parallelism, with ZeRO / FSDP "
+        "where the plan states it; tp, sp: sequence parallelism, tp_overlap: TP comm-GEMM overlap, pp, cp, ep); "
+        "none: one process on one device. A plan using another is refused and the search leaves it out "
+        "(specs.rules_stack.stack_parallelism_rules); default all",
     )
 
     @field_validator("parallelism")
@@ -52,6 +54,13 @@ class StackRuntimeFields(InputModel):
             )
         return value
 
+    fsdp_runtime: Literal["none", "fsdp1", "fsdp2"] = Field(
+        "none",
+        description="the runtime that shards parameters under ZeRO-3 / FSDP, for its copies and casts: fsdp1 "
+        "(FullyShardedDataParallel's flat parameter, cost.runtimes.fsdp1_*) or fsdp2 (fully_shard, "
+        "cost.runtimes.fsdp2_*), priced at the run's compute and reduce dtypes "
+        "(step.constants.runtime_terms); none: no copies beyond the collectives",
+    )
     fp8_param_gather: bool = Field(
         False,
         description="fp8 runs keep fp8 primary weights and all-gather them in fp8 (1 B per parameter)",
@@ -259,30 +268,6 @@ class RuntimeCosts(StackRuntimeFields):
         ge=0.0,
         description="HBM bytes per parameter the runtime moves after each micro-batch's backward to add its "
         "gradient into the gradient held across micro-batches (0: fused into the wgrad GEMM)",
-    )
-    zero3_compute_copy_bytes: float = Field(
-        0.0,
-        ge=0.0,
-        description="ZeRO-3 / FSDP: HBM bytes per gathered parameter and micro-batch of the copies the runtime "
-        "runs on the compute stream (FSDP2 copy-out of both gathers and the reduce-scatter copy-in)",
-    )
-    zero3_gather_copy_bytes: float = Field(
-        0.0,
-        ge=0.0,
-        description="ZeRO-3 / FSDP: HBM bytes per shard element of one all-gather's copy-in (and cast), on the "
-        "all-gather's stream in series with it",
-    )
-    zero3_reduce_copy_bytes: float = Field(
-        0.0,
-        ge=0.0,
-        description="ZeRO-3 / FSDP: HBM bytes per shard element after one reduce-scatter (cast to the shard's dtype, "
-        "accumulation into the sharded gradient), on the reduce-scatter's stream in series with it",
-    )
-    zero3_reduce_unsharded_bytes: float = Field(
-        0.0,
-        ge=0.0,
-        description="ZeRO-3 / FSDP: HBM bytes per gathered parameter and micro-batch that the runtime moves over the "
-        "unsharded gradient on the reduce-scatter's stream before it (FSDP1's cast to the reduce dtype and pre-divide)",
     )
     ub_fp8_pipeline: bool = Field(
         False,

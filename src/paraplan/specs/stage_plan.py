@@ -276,14 +276,14 @@ def stage_accelerator_violations(plan: StagePlanSpec, pools) -> list[Violation]:
 
 
 def stage_stack_violations(plan: StagePlanSpec, pools) -> list[Violation]:
-    """The model-parallel kinds the plan uses that the stack of a pool its stages use does not run
+    """The parallel kinds the plan uses that the stack of a pool its stages use does not run
     (specs.rules_stack.stack_parallelism_rules on efficiency.runtime.parallelism, a uniform plan's check):
-    the stages' tp, the plan's pp, sequence parallelism and TP overlap, each named once."""
+    the stages' tp and dp, the plan's pp, sequence parallelism and TP overlap, each named once."""
     out: list[Violation] = []
     for pool in pools:
         runs = pool.system.accelerator.efficiency.runtime.parallelism
         for s in plan.stages:
-            dims = ParallelDims(tp=s.tp, pp=plan.pp)
+            dims = ParallelDims(tp=s.tp, dp=s.data_parallel, pp=plan.pp)
             for rule in stack_parallelism_rules(
                 runs, dims, plan.sequence_parallel, plan.overlap_tp_comm
             ):

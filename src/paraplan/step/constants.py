@@ -8,7 +8,7 @@ import math
 from paraplan.cost import memory as mem
 from paraplan.cost.elementwise import where
 from paraplan.cost.quantisation import weight_quantisation_bytes
-from paraplan.cost.runtimes import GRAD_ACCUMULATION_BYTES, batch_sync_idle_s
+from paraplan.cost.runtimes import GRAD_ACCUMULATION_BYTES, batch_sync_idle_s, fsdp_copy_bytes
 from paraplan.graph.eager_modules import impl_key
 from paraplan.specs.plan import RuntimeFields
 from paraplan.specs.runtime import RuntimeCosts
@@ -28,13 +28,14 @@ def system_terms(system: SystemSpec, dtype: str, runtime=None) -> dict:
     acc = system.accelerator
     state = state_bytes(system, dtype, knobs)
     cap = knobs.zero3_max_live_params
+    reduce_bytes = grad_reduce_bytes(system, dtype, knobs)
     return dict(
         fp8_copy_bytes=mem.fp8_weight_copy_bytes_per_param(dtype, knobs.fp8_weight_copies),
         host_bandwidth=acc.host_bandwidth or 1.0,
         hbm_rate=acc.hbm_rate(),
         weight_bytes=state.weights,
         grad_bytes=state.gradients,
-        grad_reduce_bytes=grad_reduce_bytes(system, dtype, knobs),
+        grad_reduce_bytes=reduce_bytes,
         optimizer_bytes=state.optimizer,
         reserved_bytes=acc.reserved_memory,
         zero3_live_params=math.inf if cap is None else float(cap),
@@ -50,7 +51,7 @@ def system_terms(system: SystemSpec, dtype: str, runtime=None) -> dict:
         launch_blocking=1.0 if acc.efficiency.launch_blocking else 0.0,
         batch_sync_s=batch_sync_s(system, acc.efficiency.runtime.batch_syncs),
         pair_compute_share=system_pair_share(system),
-        **runtime_terms(acc.efficiency.runtime, dtype),
+        **runtime_terms(acc.efficiency.runtime, dtype, reduce_bytes),
         zero0=zero0_terms(system, dtype),
     )
 
@@ -152,7 +153,7 @@ def zero_stage_values(zero_stage_terms: tuple, zero) -> dict:
     return {name: where(zero == 0, value, others[name]) for name, value in zero0.items()}
 
 
-def runtime_terms(runtime: RuntimeCosts, dtype: str) -> dict:
+def runtime_terms(runtime: RuntimeCosts, dtype: str, reduce_bytes: float) -> dict:
     """StepInputs fields of the stack's runtime costs (specs.runtime, set by a framework profile): the bytes
     per parameter the data-parallel all-gathers move (1 where an fp8 run gathers its fp8 primary weights,
     else the compute copy's, cost.memory.compute_copy_bytes) and the gathered copy of the transformer layers
@@ -163,7 +164,8 @@ def runtime_terms(runtime: RuntimeCosts, dtype: str) -> dict:
     the blocks outside them (the compute copy's: torchtitan converts only the layers' nn.Linear, not the
     embedding, the norms or the LM head, module_filter_fn fqn != "output", torchtitan/float8.py at 9dec370;
     the layers' norm weights, 2·h per layer, are counted at 1 B with them), the ZeRO-3 / FSDP
-    copies, the per-micro-batch gradient accumulation, the interleaved schedule's p2p overlap, the
+    copies (cost.runtimes.fsdp_copy_bytes of the stack's fsdp_runtime at the compute copy's bytes and
+    ``reduce_bytes``, the run's gradient reduction: ``grad_reduce_bytes``), the per-micro-batch gradient accumulation, the interleaved schedule's p2p overlap, the
     once-per-step weight quantisation of a low-precision recipe (cost.quantisation) and whether gradients
     are allocated during backward (cost.memory.peak_residents)."""
     fp8_gather = runtime.fp8_param_gather and dtype == "fp8"
@@ -179,10 +181,7 @@ def runtime_terms(runtime: RuntimeCosts, dtype: str) -> dict:
         zero3_root_held=1.0 if runtime.zero3_root_held else 0.0,
         zero3_pp_keeps_layers=0.0 if runtime.zero3_pp_reshard else 1.0,
         zero2_reduce_per_microbatch=1.0 if runtime.zero2_reduce_per_microbatch else 0.0,
-        zero3_compute_copy_bytes=runtime.zero3_compute_copy_bytes,
-        zero3_gather_copy_bytes=runtime.zero3_gather_copy_bytes,
-        zero3_reduce_copy_bytes=runtime.zero3_reduce_copy_bytes,
-        zero3_reduce_unsharded_bytes=runtime.zero3_reduce_unsharded_bytes,
+        **fsdp_copy_bytes(runtime.fsdp_runtime, compute_copy, reduce_bytes),
     )
 
 

@@ -20,6 +20,7 @@ from paraplan.specs.rules_precision import accelerators_rules, cluster_default_p
 from paraplan.specs.rules_stack import (
     engine_schedule_rule,
     engine_zero_rule,
+    stack_gpus_rule,
     stack_parallelism_rules,
 )
 from paraplan.specs.uniform_stages import stage_engine
@@ -64,9 +65,10 @@ class HeteroProblem:
         """Refuse, by name, a model the per-stage builder does not price (specs.rules.per_stage_model_rule):
         an MoE / MLA model searched here would be costed as dense (issue 37); a dtype or attention
         kernel a pool's accelerator lacks (specs.rules_precision.accelerator_rules, the check of every per-stage
-        plan: specs.stage_plan.stage_accelerator_violations); and the run-wide settings
+        plan: specs.stage_plan.stage_accelerator_violations); the run-wide settings
         the framework's launcher cannot state, a ``recompute`` restriction among them
-        (search.launch.run_wide_violations, as the uniform search)."""
+        (search.launch.run_wide_violations, as the uniform search); and a cluster of more than one GPU under
+        a stack whose loop runs on one device (specs.rules_stack.stack_gpus_rule)."""
         if rule := per_stage_model_rule(self.model):
             raise InputError(f"model: {self.model.name!r} is not allowed; {rule}")
         accelerators = [p.system.accelerator for p in self.cluster.pools]
@@ -78,6 +80,10 @@ class HeteroProblem:
             raise InputError.from_violations([Violation(*r) for r in refused])
         if unlaunchable := launch.run_wide_violations(self.framework, self):
             raise InputError.from_violations([Violation(*v) for v in unlaunchable])
+        for pool in self.cluster.pools:  # a one-device loop (specs.rules_stack.stack_gpus_rule)
+            runs = pool.system.accelerator.efficiency.runtime.parallelism
+            if rule := stack_gpus_rule(runs, self.cluster.gpus):
+                raise InputError(f"cluster: {self.cluster.gpus} GPUs is not allowed; {rule}")
 
     # model chunks per stage (read by step.per_stage.common_of with the fields above): 1 in the searches'
     # own candidates; an interleaved uniform seed's (search.staged.uniform_seed) where the per-stage search
@@ -148,8 +154,8 @@ def _stack_refusals(problem: HeteroProblem, dims: ParallelDims) -> list:
 
 def launchable(problem: HeteroProblem, settings: list[StageSetting]) -> bool:
     """Does the framework's launcher run these stage settings (search.launch.stage_plan_allowed), and the
-    stacks of the pools their tensor parallelism (_stack_refusals, the per-stage check's rule)?"""
-    if any(_stack_refusals(problem, ParallelDims(tp=s.dims.tp)) for s in settings):
+    stacks of the pools their tensor and data parallelism (_stack_refusals, the per-stage check's rule)?"""
+    if any(_stack_refusals(problem, ParallelDims(tp=s.dims.tp, dp=s.dims.dp)) for s in settings):
         return False
     stages = [(s.dims.tp, s.dims.dp, s.recompute, tuple(s.recompute_ops)) for s in settings]
     return launch.stage_plan_allowed(problem.framework, problem, stages)
