@@ -101,7 +101,11 @@ def test_profiles_state_their_runtime():
     assert _copy_terms("torchtitan")["zero3_compute_copy_bytes"] == 14.0
     # and the same runtime but for the K/V ring, which compile traces with its waits where issued
     assert (eager.cp_ring_overlap, compiled.cp_ring_overlap) == (True, False)
-    assert eager == compiled.model_copy(update={"cp_ring_overlap": True})
+    # and the parallel kinds but for AsyncTP, which torchtitan runs only under compile
+    assert set(compiled.parallelism) - set(eager.parallelism) == {"tp_overlap"}
+    assert eager == compiled.model_copy(
+        update={"cp_ring_overlap": True, "parallelism": eager.parallelism}
+    )
     copies = _copy_terms("torchtitan-compiled")
     assert copies["zero3_gather_copy_bytes"] == 10.0 and copies["zero3_reduce_copy_bytes"] == 12.0
     assert compiled.p2p_transfers_per_exchange == 1.0 and compiled.grad_accumulation_bytes == 0.0
@@ -114,7 +118,10 @@ def test_profiles_state_their_runtime():
     assert runtime_costs(load_framework("megatron-core")) == RuntimeCosts(
         p2p_overlap=True, proj_quantised_copy=True
     )
-    assert runtime_costs(load_framework("megatron-lm-2021")) == RuntimeCosts()
+    # Megatron-LM 2021 (v2.6): no context or expert parallelism and no TP comm overlap yet
+    assert runtime_costs(load_framework("megatron-lm-2021")) == RuntimeCosts(
+        parallelism=("dp", "tp", "sp", "pp")
+    )
     for name in ("torchtitan", "megatron-deepspeed", "nemo-24.09"):
         fw = load_framework(name)
         stated = [
@@ -321,6 +328,7 @@ def test_llm_foundry_runs_fsdp1():
             zero2_reduce_per_microbatch=True,  # Composer enters no_sync only for DDP (step.tail.zero2_reduces)
             proj_quantised_copy=True,  # TE v0.10 te.Linear under DelayedScaling keeps its fp8 input copy
             pipeline_engine="none",  # the profile's: no pipeline parallelism
+            parallelism=("dp",),  # DDP or FSDP only (Composer's dist_strategy)
         )
     )
     # PURE mixed precision: bf16 params and reduce, fp32 shards
