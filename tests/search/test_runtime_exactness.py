@@ -67,3 +67,27 @@ def test_search_exact_where_zero_0_runs_another_optimizer(monkeypatch):
     assert [p.key for p in fast.plans] == [p.key for p in ref.plans]
     for a, b in zip(fast.plans, ref.plans):
         assert math.isclose(a.estimate.step_time_s, b.estimate.step_time_s, rel_tol=1e-9)
+
+
+@pytest.mark.slow
+def test_search_exact_where_zero_1_runs_the_bf16_optimizer(monkeypatch):
+    """``--grad-dtype fp32`` under the deepspeed profile: ZeRO 1 without optimizer offload runs the
+    BF16_Optimizer too (step.constants.runs_bf16_optimizer), so a bound group's ZeRO-1 candidates differ in the
+    accumulation pass by their offload choice; the fast search still returns the exhaustive ranking, and a
+    zero-1 plan on the GPU carries the pass (its backward = the same plan's at zero 0)."""
+    fw = load_framework("deepspeed")
+    fields = framework_search_fields(fw)
+    fields["runtime"] = fields["runtime"].model_copy(update={"grad_dtype": "fp32"})
+    problem = SearchProblem(
+        model=load_model("gpt3-1.3b"),
+        system=framework_system(fw, load_system("dgx-h100-80gb")),
+        **{"gpus": 8, "global_batch": 64, "seq_length": 2048},
+        **{"micro_batch": (1, 2, 4), "recompute": ("none",)},
+        **{"vary_placement": False, "vary_offload": True, **fields},
+    )
+    monkeypatch.setattr(row_scan, "CHUNK_CANDIDATES", 1)
+    fast, ref = search(problem, top_k=60), exhaustive_search(problem, top_k=60)
+    assert [p.key for p in fast.plans] == [p.key for p in ref.plans]
+    for a, b in zip(fast.plans, ref.plans):
+        assert math.isclose(a.estimate.step_time_s, b.estimate.step_time_s, rel_tol=1e-9)
+    assert any(p.plan.zero == 1 and not p.plan.offload_optimizer for p in fast.plans)
