@@ -81,9 +81,14 @@ def test_search_exact_where_zero_1_runs_the_bf16_optimizer(monkeypatch):
     problem = SearchProblem(
         model=load_model("gpt3-1.3b"),
         system=framework_system(fw, load_system("dgx-h100-80gb")),
-        **{"gpus": 8, "global_batch": 64, "seq_length": 2048},
-        **{"micro_batch": (1, 2, 4), "recompute": ("none",)},
-        **{"vary_placement": False, "vary_offload": True, **fields},
+        gpus=8,
+        global_batch=64,
+        seq_length=2048,
+        micro_batch=(1, 2, 4),
+        recompute=("none",),
+        vary_placement=False,
+        vary_offload=True,
+        **fields,
     )
     monkeypatch.setattr(row_scan, "CHUNK_CANDIDATES", 1)
     fast, ref = search(problem, top_k=60), exhaustive_search(problem, top_k=60)
