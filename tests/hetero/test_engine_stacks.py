@@ -1,7 +1,8 @@
-"""The DeepSpeed engine's own rules and AMP's stack apart (step.engines.ENGINES / ENGINE_STACKS): a per-stage plan
-under a DeepSpeed profile (an encoder-decoder's uniform plan, the per-stage searches) runs the engine's rules and
-its profile's stack, and only a plan stating ``engine_stack: amp2022`` (AMP's trials) takes the constants
-calibrated on AMP's stack (host time per layer, activation memory factor) and that stack's fp16 rules."""
+"""The DeepSpeed engine's own rules and AMP's stack apart (step.engines.ENGINES / ENGINE_STACKS): a
+per-stage plan under a DeepSpeed profile (an encoder-decoder's uniform plan, the per-stage searches)
+runs the engine's rules and its profile's stack, and only a plan stating ``engine_stack: amp2022``
+(AMP's trials) takes the constants calibrated on AMP's stack (host time per layer, activation memory
+factor) and that stack's fp16 rules."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ T5 = load_model("t5-3b")
 
 
 def _t5_under(profile: str):
-    """tp 2, pp 2, dp 2 on 8 A100s under ``profile``: the uniform plan's per-stage form (24 + 24 layers)."""
+    """tp 2, pp 2, dp 2 on 8 A100s under ``profile``: the uniform plan's per-stage form (24 + 24
+    layers)."""
     system = framework_system(load_framework(profile), load_system("dgx-a100-80gb"))
     cluster = uniform_cluster(system, 8)
     plan = PlanSpec(
@@ -44,8 +46,9 @@ def test_a_deepspeed_profile_runs_the_engine_without_amps_constants():
 
 
 def test_amps_stack_adds_its_host_time_only_where_stated():
-    """The same plan stating AMP's stack: each of the m = 8 micro-batches of the 24 layers of a stage pays at
-    least h_f + 2·h_f = 3 ms of host time in the steady state (1F1B: m · the slowest stage's work)."""
+    """The same plan stating AMP's stack: each of the m = 8 micro-batches of the 24 layers of a
+    stage pays at least h_f + 2·h_f = 3 ms of host time in the steady state (1F1B: m · the slowest
+    stage's work)."""
     cluster, plan = _t5_under("megatron-deepspeed")
     amp = plan.model_copy(update={"engine_stack": "amp2022"})
     m, layers, host_s = plan.n_microbatches, plan.stages[0].layers, 3.0e-3

@@ -72,9 +72,10 @@ def test_search_exact_where_zero_0_runs_another_optimizer(monkeypatch):
 @pytest.mark.slow
 def test_search_exact_where_zero_1_runs_the_bf16_optimizer(monkeypatch):
     """``--grad-dtype fp32`` under the deepspeed profile: ZeRO 1 without optimizer offload runs the
-    BF16_Optimizer too (step.constants.runs_bf16_optimizer), so a bound group's ZeRO-1 candidates differ in the
-    accumulation pass by their offload choice; the fast search still returns the exhaustive ranking, and a
-    zero-1 plan on the GPU carries the pass (its backward = the same plan's at zero 0)."""
+    BF16_Optimizer too (step.constants.runs_bf16_optimizer), so a bound group's ZeRO-1 candidates
+    differ in the accumulation pass by their offload choice; the fast search still returns the
+    exhaustive ranking, and a zero-1 plan on the GPU carries the pass (its backward = the same
+    plan's at zero 0)."""
     fw = load_framework("deepspeed")
     fields = framework_search_fields(fw)
     fields["runtime"] = fields["runtime"].model_copy(update={"grad_dtype": "fp32"})

@@ -123,9 +123,10 @@ def test_bf16_optimizer_at_zero0_lengthens_the_backward():
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp8"])
 def test_zero1_with_fp32_gradients_runs_the_bf16_optimizer(dtype):
-    """_do_optimizer_sanity_check (engine.py at v0.16.4): bf16 model, grad_accum_dtype fp32, stage 1, no CPU
-    offload -> BFLOAT16: 4 B kept, reduced in bf16 (2 B), 18 B accumulation per micro-batch, as at zero 0; with
-    the optimizer offloaded, and at stages 2-3, the ZeRO optimizers (no pass of their own)."""
+    """_do_optimizer_sanity_check (engine.py at v0.16.4): bf16 model, grad_accum_dtype fp32, stage
+    1, no CPU offload -> BFLOAT16: 4 B kept, reduced in bf16 (2 B), 18 B accumulation per
+    micro-batch, as at zero 0; with the optimizer offloaded, and at stages 2-3, the ZeRO optimizers
+    (no pass of their own)."""
     assert _system("deepspeed").accelerator.efficiency.runtime.zero0_bf16_optimizer
     terms = system_terms(_system("deepspeed"), dtype, RuntimeFields(grad_dtype="fp32"))
     assert _grad_terms(at_zero_stage(terms, 1)) == (4.0, 2.0, 18.0)
@@ -145,8 +146,8 @@ def test_runs_bf16_optimizer_by_stage():
 
 
 def test_zero1_fp32_gradients_pay_the_accumulation_pass_by_hand():
-    """gpt3-1.3b on 8 H100s, micro-batch 4, global batch 64: m = 2 micro-batches, each adding P·18 B at the
-    HBM rate (cost.runtimes.grad_accumulation_s): P = the bf16 weights' bytes / 2."""
+    """gpt3-1.3b on 8 H100s, micro-batch 4, global batch 64: m = 2 micro-batches, each adding P·18 B
+    at the HBM rate (cost.runtimes.grad_accumulation_s): P = the bf16 weights' bytes / 2."""
     bf16 = _estimate(1)
     fp32 = estimate(
         "gpt3-1.3b", H100, framework="deepspeed", zero=1, dtype="bf16", grad_dtype="fp32", **PLAN

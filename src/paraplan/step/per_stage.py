@@ -355,8 +355,8 @@ def estimate_stage_plan(
 ) -> Estimate:
     """Predict the step time and memory per stage of a non-uniform plan (module docstring) as the uniform
     path's step.result.Estimate, with its per-stage fields filled and the plan-wide totals of
-    step.stage_totals; ``rules``, when given, replace the plan's engine rules (step.engines.engine_rules; validate.cv
-    refits their fitted constants)."""
+    step.stage_totals; ``rules``, when given, replace the plan's engine rules
+    (step.engines.engine_rules_of; validate.cv refits their fitted constants)."""
     check_stage_plan(plan, model, cluster)
     for i, s in enumerate(plan.stages):
         if s.recompute_ops:

@@ -27,7 +27,7 @@ from paraplan.step.p2p import tied_embedding_sync_s as tied_sync_rule
 from paraplan.step.engines import (
     EngineRules,
     backward_transfer_bytes,
-    engine_rules,
+    engine_rules_of,
     forward_transfer_bytes,
 )
 
@@ -74,9 +74,9 @@ class Common:
 
     @property
     def rules(self) -> EngineRules:
-        """The pipeline runtime's rules: ``engine_rules`` when given, else those of the engine and the stack
-        the plan states (step.engines.engine_rules)."""
-        return self.engine_rules or engine_rules(self.engine, self.engine_stack)
+        """The pipeline runtime's rules: ``engine_rules`` when given, else those of the engine and
+        the stack the plan states (step.engines.engine_rules_of)."""
+        return self.engine_rules or engine_rules_of(self.engine, self.engine_stack)
 
 
 # ---- placement helpers ---------------------------------------------------------------------------

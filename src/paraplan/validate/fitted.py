@@ -70,8 +70,9 @@ class FittedConstant:
 
 @dataclass(frozen=True)
 class EngineConstant(FittedConstant):
-    """A fitted number of a training stack on its pipeline engine (``step.engines.ENGINE_STACKS[stack]``, the
-    EngineRules field ``path[-1]``; a per-stage plan's ``engine_stack``), not of a system."""
+    """A fitted number of a training stack on its pipeline engine
+    (``step.engines.ENGINE_STACKS[stack]``, the EngineRules field ``path[-1]``; a per-stage plan's
+    ``engine_stack``), not of a system."""
 
     stack: str = "amp2022"
 
