@@ -6,9 +6,11 @@ import pytest
 
 from paraplan.catalog import load_system
 from paraplan.step.engines import (
+    ENGINE_STACKS,
     ENGINES,
     attention_mask_bytes,
     backward_transfer_bytes,
+    engine_rules_of,
     forward_transfer_bytes,
     host_layer_times_s,
 )
@@ -18,8 +20,9 @@ ACT = 2.0 * 1024 * 1024  # b·s·h fp16 bytes of one GPT-2-medium micro-batch (b
 
 
 def test_transfer_bytes_by_hand():
-    ds, mg = ENGINES["deepspeed"], ENGINES["megatron"]
-    # DeepSpeed, tp 2: half the activation (partitioned) + the fp16 [1,1,s,s] mask forward; whole gradient back
+    ds, mg = engine_rules_of("deepspeed", "amp2022"), ENGINES["megatron"]
+    # DeepSpeed on AMP's stack, tp 2: half the activation (partitioned) + the fp16 [1,1,s,s] mask
+    # forward; whole gradient back
     assert attention_mask_bytes(1024) == 2 * 1024 * 1024
     assert forward_transfer_bytes(ds, ACT, 2, 1024) == ACT / 2 + 2 * 1024**2
     assert backward_transfer_bytes(ds, ACT, 2) == ACT
@@ -29,6 +32,26 @@ def test_transfer_bytes_by_hand():
     )
     assert host_layer_times_s(ds) == (ds.host_layer_forward_s, 2 * ds.host_layer_forward_s)
     assert host_layer_times_s(mg) == (0.0, 0.0)
+
+
+def test_the_engine_alone_carries_no_constant_of_amps_stack():
+    """DeepSpeed's PipelineEngine without a stated stack (a per-stage plan under a DeepSpeed
+    profile): its own rules (two blocking transfers, the activation split over TP and gathered, no
+    DP overlap, its accumulation and batch syncs) and the stack's for the rest; AMP's stack
+    (engine_stack amp2022) adds its fp16 mask, host time, activation factor, synchronous TP backward
+    and fp16 gradient bytes, and nothing else."""
+    ds, amp = ENGINES["deepspeed"], engine_rules_of("deepspeed", "amp2022")
+    assert forward_transfer_bytes(ds, ACT, 2, 1024) == ACT / 2
+    assert host_layer_times_s(ds) == (0.0, 0.0)
+    assert (ds.activation_memory_factor, ds.gradient_bytes, ds.tied_grad_bytes) == (1.0, 0.0, 0.0)
+    assert ds.async_tp_backward and not ds.sends_attention_mask
+    assert (ds.transfers_per_neighbour, ds.dp_overlap, ds.batch_syncs) == (2, False, 1.0)
+    assert ds.grad_accumulation == amp.grad_accumulation == "deepspeed_pipe"
+    assert (amp.host_layer_forward_s, amp.activation_memory_factor) == (1.0e-3, 1.5)
+    assert (amp.gradient_bytes, amp.tied_grad_bytes, amp.async_tp_backward) == (6.0, 2.0, False)
+    differ = {f for f in ds.__dataclass_fields__ if getattr(ds, f) != getattr(amp, f)}
+    assert differ == set(ENGINE_STACKS["amp2022"])
+    assert engine_rules_of("deepspeed") is ds
 
 
 def test_amp_trials_figures_and_failures():

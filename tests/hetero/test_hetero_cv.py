@@ -8,8 +8,8 @@ from dataclasses import replace
 import pytest
 
 from paraplan.cli import main
+from paraplan.step.engines import engine_rules_of
 from paraplan.step.per_stage import estimate_stage_plan
-from paraplan.step.engines import ENGINES
 from paraplan.validate.cv import hetero_step_error, _prior, cross_validate_hetero
 from paraplan.validate.fitted import FITTED_CONSTANTS, with_engine_constants
 from paraplan.validate.hetero import bundled_hetero_files, load_hetero_cases, run_hetero_cases
@@ -41,7 +41,7 @@ def test_the_amp_constants_are_listed_with_their_catalog_values():
     assert AMP["t4.gemm"].catalog_value() == 0.27 and AMP["t4.hbm"].catalog_value() == 0.6
     assert (
         AMP["deepspeed.host_layer_forward_s"].catalog_value()
-        == ENGINES["deepspeed"].host_layer_forward_s
+        == engine_rules_of("deepspeed", "amp2022").host_layer_forward_s
         == 1e-3
     )
     assert AMP["p3.network_efficiency"].catalog_value() == 0.9
@@ -69,10 +69,9 @@ def test_engine_rules_override_reaches_the_estimate(cases):
     are left as they were."""
     case = next(c for c in cases if c.name == "het-001")
     shipped = estimate_stage_plan(case.model, case.cluster, case.plan).step_time_s
-    no_host = with_engine_constants(
-        ENGINES["deepspeed"], {AMP["deepspeed.host_layer_forward_s"]: 0.0}
-    )
-    assert no_host == replace(ENGINES["deepspeed"], host_layer_forward_s=0.0)
+    amp = engine_rules_of("deepspeed", "amp2022")  # the case's engine and stack (plan.engine_stack)
+    no_host = with_engine_constants(amp, {AMP["deepspeed.host_layer_forward_s"]: 0.0})
+    assert no_host == replace(amp, host_layer_forward_s=0.0)
     faster = estimate_stage_plan(case.model, case.cluster, case.plan, no_host).step_time_s
     # 8 micro-batches x 6 layers of the T4 stage x 3 ms is the least the steady state loses
     assert shipped - faster >= 8 * 6 * 3e-3 * 0.99

@@ -17,14 +17,18 @@ from paraplan.search.run import search
 from paraplan.search.space import SearchProblem
 
 
-def _check(name: str, monkeypatch) -> None:
+def _check(name: str, monkeypatch, runtime: dict | None = None, vary_offload: bool = False):
+    """The fast and the exhaustive search of gpt3-1.3b on 32 H100s under profile ``name`` (its run-wide
+    knobs updated by ``runtime``), bit for bit; the fast search's result."""
     fw = load_framework(name)
     axes = {"micro_batch": (1, 2), "recompute": ("none",)}
+    fields = framework_search_fields(fw)
+    fields["runtime"] = fields["runtime"].model_copy(update=runtime or {})
     problem = SearchProblem(
         model=load_model("gpt3-1.3b"),
         system=framework_system(fw, load_system("dgx-h100-80gb")),
         **{"gpus": 32, "global_batch": 64, "seq_length": 2048, **axes},
-        **{"vary_placement": False, "vary_offload": False, **framework_search_fields(fw)},
+        **{"vary_placement": False, "vary_offload": vary_offload, **fields},
     )
     monkeypatch.setattr(row_scan, "CHUNK_CANDIDATES", 1)
     fast, ref = search(problem, top_k=10), exhaustive_search(problem, top_k=10)
@@ -67,3 +71,13 @@ def test_search_exact_where_zero_0_runs_another_optimizer(monkeypatch):
     assert [p.key for p in fast.plans] == [p.key for p in ref.plans]
     for a, b in zip(fast.plans, ref.plans):
         assert math.isclose(a.estimate.step_time_s, b.estimate.step_time_s, rel_tol=1e-9)
+
+
+@pytest.mark.slow
+def test_search_exact_where_zero_1_runs_the_bf16_optimizer(monkeypatch):
+    """``--grad-dtype fp32`` under the deepspeed profile: ZeRO 1 without optimizer offload runs the
+    BF16_Optimizer too (step.constants.runs_bf16_optimizer), so a bound group's ZeRO-1 candidates
+    differ in the accumulation pass by their offload choice; the fast search still returns the
+    exhaustive ranking, zero-1 plans on the GPU among it."""
+    fast = _check("deepspeed", monkeypatch, {"grad_dtype": "fp32"}, vary_offload=True)
+    assert any(p.plan.zero == 1 and not p.plan.offload_optimizer for p in fast.plans)

@@ -11,7 +11,8 @@ import pytest
 from paraplan.api import estimate
 from paraplan.catalog import load_framework, load_system
 from paraplan.cost.frameworks import framework_system
-from paraplan.step.constants import at_zero_stage, system_terms, zero0_terms
+from paraplan.specs.plan import RuntimeFields
+from paraplan.step.constants import at_zero_stage, runs_bf16_optimizer, system_terms, zero0_terms
 
 H100 = "dgx-h100-80gb"
 PLAN = {"gpus": 8, "micro_batch": 4, "global_batch": 64, "seq_length": 2048}
@@ -118,3 +119,43 @@ def test_bf16_optimizer_at_zero0_lengthens_the_backward():
     assert on.breakdown.backward_s > off.breakdown.backward_s
     assert on.stages[0].gradients_bytes == pytest.approx(2.0 * off.stages[0].gradients_bytes)
     assert on.stages[0].gradients_bytes == pytest.approx(2.0 * on.stages[0].weights_bytes)
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp8"])
+def test_zero1_with_fp32_gradients_runs_the_bf16_optimizer(dtype):
+    """_do_optimizer_sanity_check (engine.py at v0.16.4): bf16 model, grad_accum_dtype fp32, stage
+    1, no CPU offload -> BFLOAT16: 4 B kept, reduced in bf16 (2 B), 18 B accumulation per
+    micro-batch, as at zero 0; with the optimizer offloaded, and at stages 2-3, the ZeRO optimizers
+    (no pass of their own)."""
+    assert _system("deepspeed").accelerator.efficiency.runtime.zero0_bf16_optimizer
+    terms = system_terms(_system("deepspeed"), dtype, RuntimeFields(grad_dtype="fp32"))
+    assert _grad_terms(at_zero_stage(terms, 1)) == (4.0, 2.0, 18.0)
+    assert _grad_terms(at_zero_stage(terms, 0)) == (4.0, 2.0, 18.0)
+    assert _grad_terms(at_zero_stage(terms, 1, offload_optimizer=True)) == (4.0, 2.0, 0.0)
+    assert _grad_terms(at_zero_stage(terms, 2)) == (4.0, 2.0, 0.0)
+    assert _grad_terms(at_zero_stage(terms, 3)) == (4.0, 2.0, 0.0)
+    picked = at_zero_stage(terms, np.array([0, 1, 1, 2]), np.array([False, False, True, False]))
+    assert picked["grad_accumulation_bytes"].tolist() == [18.0, 18.0, 0.0, 0.0]
+
+
+def test_runs_bf16_optimizer_by_stage():
+    assert runs_bf16_optimizer(0, False) and runs_bf16_optimizer(0, True)
+    assert not runs_bf16_optimizer(1, False)
+    assert runs_bf16_optimizer(1, True) and not runs_bf16_optimizer(1, True, True)
+    assert not runs_bf16_optimizer(2, True) and not runs_bf16_optimizer(3, True)
+
+
+def test_zero1_fp32_gradients_pay_the_accumulation_pass_by_hand():
+    """gpt3-1.3b on 8 H100s, micro-batch 4, global batch 64: m = 2 micro-batches, each adding P·18 B
+    at the HBM rate (cost.runtimes.grad_accumulation_s): P = the bf16 weights' bytes / 2."""
+    bf16 = _estimate(1)
+    fp32 = estimate(
+        "gpt3-1.3b", H100, framework="deepspeed", zero=1, dtype="bf16", grad_dtype="fp32", **PLAN
+    )
+    params = bf16.stages[0].weights_bytes / 2.0
+    rate = _system("deepspeed").accelerator.hbm_rate()
+    by_hand = 2 * params * 18.0 / rate
+    assert by_hand == pytest.approx(0.016659, rel=1e-3)
+    assert fp32.breakdown.backward_s - bf16.breakdown.backward_s == pytest.approx(by_hand, rel=1e-9)
+    assert fp32.breakdown.backward_s == pytest.approx(_estimate(0).breakdown.backward_s, rel=1e-12)
+    assert fp32.breakdown.dp_comm_s == bf16.breakdown.dp_comm_s

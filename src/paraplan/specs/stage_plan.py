@@ -108,6 +108,11 @@ class StageSpec(InputModel):
         return ParallelDims(tp=self.tp, dp=self.data_parallel)
 
 
+# the pipeline engine each training stack a per-stage plan may state ran on
+# (StagePlanSpec.engine_stack; its rules: step.engines.ENGINE_STACKS)
+STACK_ENGINES = {"amp2022": "deepspeed"}
+
+
 class StagePlanSpec(RuntimeFields):
     """A whole non-uniform plan (module docstring). The run-wide implementation knobs (grad_dtype, fp8 weight
     copies, ZeRO-3 units and prefetch, cp_algorithm: specs.plan.RuntimeFields) and the overlap switches are a
@@ -141,7 +146,15 @@ class StagePlanSpec(RuntimeFields):
     )
     engine: Literal["megatron", "deepspeed"] = Field(
         "megatron",
-        description="pipeline runtime: Megatron-LM's or DeepSpeed's PipelineEngine (step.per_stage.ENGINES)",
+        description="pipeline runtime: Megatron-LM's or DeepSpeed's PipelineEngine "
+        "(step.engines.ENGINES)",
+    )
+    engine_stack: Literal["amp2022"] | None = Field(
+        None,
+        description="the training stack the plan ran on its engine, whose rules and calibrated "
+        "constants replace the engine's (step.engines.ENGINE_STACKS): amp2022, Megatron-LM "
+        "v1.1.5 in fp16 on DeepSpeed's PipelineEngine as AMP's trials ran it; None: the engine's "
+        "own rules and the pools' stacks",
     )
     stages: tuple[StageSpec, ...] = Field(min_length=1)
 
@@ -165,6 +178,11 @@ class StagePlanSpec(RuntimeFields):
             raise ValueError(rule)
         if rule := engine_zero_rule(self.engine, self.zero, len(self.stages)):
             raise ValueError(rule)
+        if self.engine_stack is not None and STACK_ENGINES[self.engine_stack] != self.engine:
+            ran_on = STACK_ENGINES[self.engine_stack]
+            raise ValueError(
+                f"engine_stack={self.engine_stack} ran on engine {ran_on}, not {self.engine}"
+            )
         kinds = {s.layers is None for s in self.stages}
         if len(kinds) > 1:
             raise ValueError("every stage gives layers, or every stage gives blocks; not a mix")

@@ -343,7 +343,7 @@ def pipeline_bound_s(inp: StepInputs) -> Num:
     accumulation pass), so where they differ it is priced with the lesser of each, every time term
     being non-decreasing in them: then it bounds the candidates of every ZeRO stage alike."""
     if inp.zero_stage_terms:
-        zero0, others = inp.zero_stage_terms
+        zero0, others = inp.zero_stage_terms[:2]
         inp = replace(inp, **{name: np.minimum(v, others[name]) for name, v in zero0.items()})
     return _breakdown(_pipeline(inp), 0.0, 0.0, 0.0)["step_time_s"]
 

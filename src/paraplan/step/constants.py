@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from paraplan.cost import memory as mem
 from paraplan.cost.elementwise import where
 from paraplan.cost.quantisation import weight_quantisation_bytes
@@ -53,6 +55,7 @@ def system_terms(system: SystemSpec, dtype: str, runtime=None) -> dict:
         pair_compute_share=system_pair_share(system),
         **runtime_terms(acc.efficiency.runtime, dtype, reduce_bytes),
         zero0=zero0_terms(system, dtype),
+        bf16_optimizer_zero1=knobs.grad_dtype == "fp32",
     )
 
 
@@ -101,8 +104,10 @@ def grad_reduce_bytes(system: SystemSpec, dtype: str, runtime=None) -> float:
 
 
 def zero0_terms(system: SystemSpec, dtype: str) -> dict:
-    """The StepInputs gradient terms a ZeRO-0 candidate of a run of ``dtype`` on ``system`` takes instead of
-    system_terms' (``at_zero_stage``), where the stack runs another optimizer without ZeRO; {} where none differ.
+    """The StepInputs gradient terms a candidate of a run of ``dtype`` on ``system`` takes instead
+    of system_terms' where the stack runs DeepSpeed's BF16_Optimizer (``at_zero_stage``,
+    ``runs_bf16_optimizer``: without ZeRO, and at ZeRO 1 with fp32 gradients stated); {} where none
+    differ.
 
     DeepSpeedEngine.get_data_types (runtime/engine.py at v0.14.0 ce78a632; the same v0.10.0-v0.16.4): with no
     ``data_types.grad_accum_dtype`` stated, the gradient accumulation dtype is fp32 for a bf16 model without
@@ -130,27 +135,57 @@ def zero0_terms(system: SystemSpec, dtype: str) -> dict:
     }
 
 
-def at_zero_stage(constants: dict, zero) -> dict:
-    """The StepInputs fields of system_terms' ``constants`` for candidates of ZeRO stage ``zero`` (a number or an
-    array over candidates): its ``zero0`` terms (zero0_terms) where zero is 0, the rest as they are, and both
-    (``zero_stage_terms``) to resolve them again under other stages (step.layout.with_knobs). The one reading
-    of that rule: the uniform plans (step.layout.build_step_inputs: estimate and search) and the per-stage
-    plans (step.per_stage)."""
-    terms = {name: value for name, value in constants.items() if name != "zero0"}
+def runs_bf16_optimizer(zero, zero1: bool, offload_optimizer=False):
+    """Whether DeepSpeed runs its BF16_Optimizer on candidates of ZeRO stage ``zero`` (a number or
+    an array over candidates) whose optimizer is offloaded or not (``offload_optimizer``, the same):
+    at zero 0, and at zero 1 where ``zero1`` (the run's gradients kept in fp32,
+    ``data_types.grad_accum_dtype: fp32`` stated) and the optimizer stays on the GPU.
+
+    DeepSpeedEngine._do_optimizer_sanity_check (deepspeed/runtime/engine.py at v0.16.4 e2dc3eeb; the
+    same test at v0.14.0 ce78a632): under ZeRO it returns BFLOAT16 where ``model_dtype ==
+    torch.bfloat16 and grad_accum_dtype == torch.float32 and self.zero_optimization_stage() == 1 and
+    not self.zero_cpu_offload()``, else ZERO_OPTIMIZATION; without ZeRO a bf16 model with fp32
+    accumulation (get_data_types' default there) returns BFLOAT16; _configure_optimizer then builds
+    the BF16_Optimizer for BFLOAT16 (_configure_bf16_optimizer). At stage 1 it runs as without ZeRO:
+    DeepSpeedEngine.backward calls optimizer.backward, whose update_hp_grads adds each micro-batch's
+    bf16 gradients into the fp32 ones (runtime/bf16_optimizer.py), and allreduce_gradients takes
+    buffered_allreduce_fallback (the BF16_Optimizer has no reduce_gradients). Whether the dtype is
+    one the BF16_Optimizer takes at all is zero0_terms' (empty where not)."""
+    on_zero1 = (zero == 1) & np.logical_not(offload_optimizer) if zero1 else False
+    return (zero == 0) | on_zero1
+
+
+def at_zero_stage(constants: dict, zero, offload_optimizer=False) -> dict:
+    """The StepInputs fields of system_terms' ``constants`` for candidates of ZeRO stage ``zero``
+    and optimizer offload ``offload_optimizer`` (numbers or arrays over candidates): its ``zero0``
+    terms (zero0_terms) where the BF16_Optimizer runs (runs_bf16_optimizer: zero 0, and zero 1 with
+    fp32 gradients on the GPU), the rest as they are, and both (``zero_stage_terms``) to resolve
+    them again under other stages (step.layout.with_knobs). The one reading of that rule: the
+    uniform plans (step.layout.build_step_inputs: estimate and search) and the per-stage plans
+    (step.per_stage)."""
+    skip = ("zero0", "bf16_optimizer_zero1")
+    terms = {name: value for name, value in constants.items() if name not in skip}
     zero0 = constants["zero0"]
     if not zero0:
         return terms
     others = {name: terms[name] for name in zero0}
-    return terms | zero_stage_values((zero0, others), zero) | {"zero_stage_terms": (zero0, others)}
+    stage_terms = (zero0, others, constants["bf16_optimizer_zero1"])
+    return (
+        terms
+        | zero_stage_values(stage_terms, zero, offload_optimizer)
+        | {"zero_stage_terms": stage_terms}
+    )
 
 
-def zero_stage_values(zero_stage_terms: tuple, zero) -> dict:
-    """The gradient terms of ``zero_stage_terms`` (a ZeRO-0 candidate's, the others'; at_zero_stage) for
-    candidates of ZeRO stage ``zero``; {} for ()."""
+def zero_stage_values(zero_stage_terms: tuple, zero, offload_optimizer=False) -> dict:
+    """The gradient terms of ``zero_stage_terms`` (the BF16_Optimizer's, the others', whether it
+    runs at zero 1; at_zero_stage) for candidates of ZeRO stage ``zero`` and optimizer offload
+    ``offload_optimizer`` (runs_bf16_optimizer); {} for ()."""
     if not zero_stage_terms:
         return {}
-    zero0, others = zero_stage_terms
-    return {name: where(zero == 0, value, others[name]) for name, value in zero0.items()}
+    zero0, others, zero1 = zero_stage_terms
+    runs = runs_bf16_optimizer(zero, zero1, offload_optimizer)
+    return {name: where(runs, value, others[name]) for name, value in zero0.items()}
 
 
 def runtime_terms(runtime: RuntimeCosts, dtype: str, reduce_bytes: float) -> dict:

@@ -3,14 +3,22 @@ micro-batches, as data (``ENGINES``) read by step.per_stage.
 
 Two runtimes are described, each rule with its source:
 - ``megatron``: Megatron-LM's 1F1B schedule (Narayanan et al. 2021);
-- ``deepspeed``: DeepSpeed's PipelineEngine driving Megatron-LM v1.1.5, as AMP ran it (Li et al. 2022,
-  arXiv:2210.07297; repository DachengLi1/AMP @ 72eeea4, which vendors the DeepSpeed and Megatron-LM
-  sources it ran: paths below are inside that repository's ``DeepSpeed/`` folder).
+- ``deepspeed``: DeepSpeed's PipelineEngine, the rules its source states whatever model code it
+  drives.
+
+A per-stage plan may also state the training stack it ran on the engine (``plan.engine_stack``,
+ENGINE_STACKS), whose rules replace the engine's where that stack's model code, dtype and versions
+differ and which carries the constants calibrated on that stack's runs: ``amp2022``, DeepSpeed's
+PipelineEngine driving Megatron-LM v1.1.5 in fp16 as AMP ran it (Li et al. 2022, arXiv:2210.07297;
+repository DachengLi1/AMP @ 72eeea4, which vendors the DeepSpeed and Megatron-LM sources it ran:
+paths below are inside that repository's ``DeepSpeed/`` folder). No other plan takes them: a
+per-stage plan under a DeepSpeed profile (specs.uniform_stages.stage_engine,
+search.staged.problem.profile_fields) runs the engine's own rules and its profile's stack.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from paraplan.cost import runtimes
 from paraplan.cost.runtimes import DEEPSPEED_PIPE_BATCH_SYNCS, DEEPSPEED_PIPE_TRANSFERS_PER_EXCHANGE
@@ -90,7 +98,7 @@ def grad_accumulation_bytes(rules: EngineRules, dtype: str) -> float:
 
 def host_layer_times_s(rules: EngineRules) -> tuple[float, float]:
     """(forward, backward) host seconds one transformer layer adds per micro-batch: h_f and
-    host_backward_factor · h_f (see ENGINES["deepspeed"] for the value and its calibration)."""
+    host_backward_factor · h_f (see ENGINE_STACKS["amp2022"] for the value and its calibration)."""
     return rules.host_layer_forward_s, rules.host_layer_forward_s * rules.host_backward_factor
 
 
@@ -122,52 +130,87 @@ ENGINES = {
     # The exchanges per neighbour and the tied all-reduce's bytes are the training stack's (0 below): one
     # batched exchange and fp32 main gradients on Megatron-Core's, as on a uniform plan of the same system.
     "megatron": EngineRules(0, True, True, 0.0, True),
-    # DeepSpeed PipelineEngine (as in AMP's Megatron-LM v1.1.5 3D-parallelism example):
+    # DeepSpeed PipelineEngine (deepspeed/runtime/pipe/, in AMP's vendored copy and from v0.3 to
+    # 0050fdad):
     # - the train schedule issues RecvActivation, SendActivation, RecvGrad and SendGrad as separate
     #   blocking instructions (p2p.send/recv are synchronous broadcasts in 2-rank groups), so two
     #   transfers with each neighbour per micro-batch (deepspeed/runtime/pipe/schedule.py TrainSchedule,
     #   deepspeed/runtime/pipe/p2p.py);
     # - with model parallelism the forward activation is partitioned over the TP ranks
     #   (engine.py: is_pipe_partitioned = is_model_parallel) and rebuilt on the receiver by an all-gather
-    #   over the TP group (PartitionedTensor.full()); gradients are not partitioned
-    #   (is_grad_partitioned = False): every TP rank sends the whole gradient; the causal mask goes
-    #   with every activation, cast to fp16 (_exec_send_activations);
-    # - ReduceTiedGrads and ReduceGrads run after the last backward (TrainSchedule); ReduceTiedGrads
-    #   all-reduces weight.grad as it is, fp16 on a model DeepSpeed converted with module.half()
-    #   (pipe/module.py allreduce_tied_weight_gradients; runtime/engine.py _configure_distributed_model);
-    #   the data-parallel buckets are flattened and cast to fp32 ("fp32_allreduce": true in AMP's
-    #   examples/ds_config.json; engine.py allreduce_bucket: flatten (2 B/param) then .float() (4 B/param),
-    #   one bucket of up to 5e8 elements), which tail_terms' fp32 all-reduce prices;
-    # - its FP16 optimizer holds fp16 gradients (2 B) and builds fp32 master gradients (4 B) at the step,
-    #   beside fp16 weights, fp32 master weights and Adam moments (runtime/fp16/fused_optimizer.py):
-    #   2 + 2 + 4 + 4 + 8 = 20 B per parameter at the step;
-    # - the Megatron-LM it drives (v1.1.5) all-reduces the input gradient of a column-parallel layer
-    #   synchronously in backward (mpu/mappings.py, _CopyToModelParallelRegion.backward), inside a timer
-    #   whose start and stop call torch.cuda.synchronize() (megatron/global_vars.py _Timer): nothing hides
-    #   the backward TP collectives;
-    # - gradients accumulate across micro-batches in the engine, not in the GEMM: the FP16 optimizer keeps
-    #   fp16 param.grad, into which autograd's AccumulateGrad adds each micro-batch's fresh gradient (6 B per
-    #   parameter: cost.runtimes.fp16_param_grad_accumulation_bytes); under bf16 its BF16_Optimizer "is
-    #   hardcoded for fp32 gradient accumulation" (18 B: cost.runtimes.bf16_optimizer_accumulation_bytes),
-    #   priced as the uniform path prices the megatron-deepspeed profile's (cost.runtimes.grad_accumulation_s);
-    # - host time per layer: DEEPSPEED_HOST_LAYER_FORWARD_S; activation memory:
-    #   DEEPSPEED_ACTIVATION_MEMORY_FACTOR (calibration notes there);
+    #   over the TP group (PartitionedTensor.full()); gradients are sent whole (is_grad_partitioned
+    #   = False in AMP's copy; later versions partition them by default, pipeline.grad_partitioned
+    #   True at 0050fdad and v0.16.4, whose receiver's all-gather this table does not price:
+    #   docs/model.md);
+    # - ReduceTiedGrads and ReduceGrads run after the last backward (TrainSchedule): no overlap of
+    #   the data-parallel reduction with the backward;
+    # - gradients accumulate across micro-batches in the engine, not in the GEMM, by the optimizer
+    #   the engine runs for the dtype: the FP16 optimizer's fp16 param.grad, into which autograd's
+    #   AccumulateGrad adds each micro-batch's fresh gradient (6 B per parameter:
+    #   cost.runtimes.fp16_param_grad_accumulation_bytes); under bf16 the BF16_Optimizer "is
+    #   hardcoded for fp32 gradient accumulation" (18 B:
+    #   cost.runtimes.bf16_optimizer_accumulation_bytes), priced as the uniform path prices the
+    #   megatron-deepspeed profile's (cost.runtimes.grad_accumulation_s);
     # - LoadMicroBatch before each forward on the first and last stage reads the batch's sizes back to the
     #   host: one device synchronisation per micro-batch there (cost.runtimes.batch_sync_idle_s, priced by
     #   step.constants.batch_sync_s as the uniform path prices the megatron-deepspeed profile's).
+    # The gradient bytes held, the tied all-reduce's bytes, the backward TP collectives' overlap,
+    # host time and activation memory are the training stack's (0 / True / 1.0 below), as on a
+    # uniform plan of the same system.
     "deepspeed": EngineRules(
         int(DEEPSPEED_PIPE_TRANSFERS_PER_EXCHANGE),
         True,
         False,
-        6.0,
-        False,
-        tied_grad_bytes=2.0,
+        0.0,
+        True,
         grad_split_over_tp=False,
         gather_after_recv=True,
-        sends_attention_mask=True,
-        host_layer_forward_s=DEEPSPEED_HOST_LAYER_FORWARD_S,
-        activation_memory_factor=DEEPSPEED_ACTIVATION_MEMORY_FACTOR,
         grad_accumulation="deepspeed_pipe",
         batch_syncs=DEEPSPEED_PIPE_BATCH_SYNCS,
     ),
 }
+
+
+# The EngineRules fields a training stack a per-stage plan states (``plan.engine_stack``, on the
+# engine specs.stage_plan.STACK_ENGINES names) sets instead of its engine's: its model code, dtype
+# and versions, and the constants calibrated on its runs (validate.fitted.EngineConstant).
+ENGINE_STACKS = {
+    # AMP's trials (DachengLi1/AMP @ 72eeea4): DeepSpeed's PipelineEngine driving Megatron-LM
+    # v1.1.5's GPT-2 pipe model in fp16 on PyTorch 1.7:
+    # - ReduceTiedGrads all-reduces weight.grad as it is, fp16 on a model DeepSpeed converted with
+    #   module.half() (pipe/module.py allreduce_tied_weight_gradients; runtime/engine.py
+    #   _configure_distributed_model): 2 B; the data-parallel buckets are flattened and cast to fp32
+    #   ("fp32_allreduce": true in AMP's examples/ds_config.json; engine.py allreduce_bucket), which
+    #   tail_terms' fp32 all-reduce prices;
+    # - its FP16 optimizer holds fp16 gradients (2 B) and builds fp32 master gradients (4 B) at the
+    #   step, beside fp16 weights, fp32 master weights and Adam moments
+    #   (runtime/fp16/fused_optimizer.py): 2 + 2 + 4 + 4 + 8 = 20 B per parameter at the step
+    #   (gradient_bytes 6);
+    # - the GPT-2 pipe model passes (hidden, attention_mask) between stages, the [1, 1, s, s] mask
+    #   cast to fp16 before each send (pipe/engine.py _exec_send_activations: outputs[-1].half()):
+    #   attention_mask_bytes;
+    # - Megatron-LM v1.1.5 all-reduces the input gradient of a column-parallel layer synchronously
+    #   in backward (mpu/mappings.py, _CopyToModelParallelRegion.backward), inside a timer whose
+    #   start and stop call torch.cuda.synchronize() (megatron/global_vars.py _Timer): nothing hides
+    #   the backward TP collectives;
+    # - host time per layer: DEEPSPEED_HOST_LAYER_FORWARD_S (fitted on AMP's trials); activation
+    #   memory: DEEPSPEED_ACTIVATION_MEMORY_FACTOR (calibrated on AMP's trials' outcomes); notes
+    #   there.
+    "amp2022": {
+        "gradient_bytes": 6.0,
+        "async_tp_backward": False,
+        "tied_grad_bytes": 2.0,
+        "sends_attention_mask": True,
+        "host_layer_forward_s": DEEPSPEED_HOST_LAYER_FORWARD_S,
+        "activation_memory_factor": DEEPSPEED_ACTIVATION_MEMORY_FACTOR,
+    },
+}
+
+
+def engine_rules_of(engine: str, stack: str | None = None) -> EngineRules:
+    """The rules a per-stage plan runs between and after micro-batches: its ``engine``'s (ENGINES),
+    with those of the training stack it states (``stack``: plan.engine_stack, ENGINE_STACKS) in
+    their place; the one reading of both (step.stage_links.Common.rules, validate.fitted,
+    validate.cv)."""
+    rules = ENGINES[engine]
+    return rules if stack is None else replace(rules, **ENGINE_STACKS[stack])

@@ -145,7 +145,7 @@ def build_step_inputs(
             second.append(Stage(g.index, count_2, placed, p2p_2))
         start = start + g.count * g.layers
     links = facts.pipeline
-    terms = at_zero_stage(constants, knobs.zero)
+    terms = at_zero_stage(constants, knobs.zero, knobs.offload_optimizer)
     return StepInputs(
         stages=tuple(stages + second),
         pp=facts.pp,
@@ -163,7 +163,11 @@ def with_knobs(inp: StepInputs, knobs: GridKnobs) -> StepInputs:
     """``inp`` under other ``knobs``, its ZeRO-stage gradient terms resolved at their ZeRO stages
     (StepInputs.zero_stage_terms, step.constants.zero_stage_values): how the search prices memory once per
     distinct ZeRO stage (search.grid_index)."""
-    return replace(inp, knobs=knobs, **zero_stage_values(inp.zero_stage_terms, knobs.zero))
+    return replace(
+        inp,
+        knobs=knobs,
+        **zero_stage_values(inp.zero_stage_terms, knobs.zero, knobs.offload_optimizer),
+    )
 
 
 def with_stage_blocks(

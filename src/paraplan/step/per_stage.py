@@ -306,6 +306,7 @@ def common_of(plan) -> Common:
         plan.schedule,
         plan.overlap_dp_grad_reduce,
         plan.engine,
+        engine_stack=getattr(plan, "engine_stack", None),
         vpp=plan.vpp,
         overlap_param_gather=plan.overlap_param_gather,
         overlap_tp_comm=plan.overlap_tp_comm,
@@ -354,8 +355,8 @@ def estimate_stage_plan(
 ) -> Estimate:
     """Predict the step time and memory per stage of a non-uniform plan (module docstring) as the uniform
     path's step.result.Estimate, with its per-stage fields filled and the plan-wide totals of
-    step.stage_totals; ``rules``, when given, replace the plan engine's ENGINES entry (validate.cv
-    refits their fitted constants)."""
+    step.stage_totals; ``rules``, when given, replace the plan's engine rules
+    (step.engines.engine_rules_of; validate.cv refits their fitted constants)."""
     check_stage_plan(plan, model, cluster)
     for i, s in enumerate(plan.stages):
         if s.recompute_ops:

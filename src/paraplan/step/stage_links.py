@@ -25,9 +25,9 @@ from paraplan.step.constants import grad_reduce_bytes
 from paraplan.step.p2p import tied_embedding_elements
 from paraplan.step.p2p import tied_embedding_sync_s as tied_sync_rule
 from paraplan.step.engines import (
-    ENGINES,
     EngineRules,
     backward_transfer_bytes,
+    engine_rules_of,
     forward_transfer_bytes,
 )
 
@@ -60,7 +60,10 @@ class Common:
     overlap_dp_grad_reduce: bool
     engine: str = "megatron"
     engine_rules: EngineRules | None = (
-        None  # replaces ENGINES[engine] (validate.cv's refitted constants)
+        None  # replaces the engine's rules (validate.cv's refitted constants)
+    )
+    engine_stack: str | None = (
+        None  # the training stack the plan ran on its engine (step.engines.ENGINE_STACKS)
     )
     vpp: int = 1  # model chunks per stage (interleaved schedule)
     overlap_param_gather: bool = True  # ZeRO parameter all-gather overlaps forward
@@ -71,8 +74,9 @@ class Common:
 
     @property
     def rules(self) -> EngineRules:
-        """The pipeline runtime's rules: ``engine_rules`` when given, else ENGINES[engine]."""
-        return self.engine_rules or ENGINES[self.engine]
+        """The pipeline runtime's rules: ``engine_rules`` when given, else those of the engine and
+        the stack the plan states (step.engines.engine_rules_of)."""
+        return self.engine_rules or engine_rules_of(self.engine, self.engine_stack)
 
 
 # ---- placement helpers ---------------------------------------------------------------------------

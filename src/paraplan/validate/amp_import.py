@@ -169,6 +169,7 @@ def case_of(record: dict) -> dict:
             "attention": "unfused",
             "overlap_dp_grad_reduce": False,
             "engine": "deepspeed",
+            "engine_stack": "amp2022",
             "stages": stages,
         },
         "measured": {"fits": False}

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from paraplan.step.estimate import estimate
-from paraplan.step.engines import ENGINES, EngineRules
+from paraplan.step.engines import EngineRules, engine_rules_of
 from paraplan.specs.system import EfficiencySpec, SystemSpec
 from paraplan.validate.fitted import (
     FITTED_CONSTANTS,
@@ -128,7 +128,7 @@ def cross_validate(
 def _hetero_applies(const: FittedConstant, case: Any) -> bool:
     """A system constant acts on a per-stage case through any of its pools, a runtime constant through its engine."""
     if isinstance(const, EngineConstant):
-        return case.plan.engine == const.engine
+        return case.plan.engine_stack == const.stack
     return any(pool.system.name in const.systems for pool in case.cluster.pools)
 
 
@@ -142,7 +142,7 @@ def hetero_step_error(case: Any, values: dict[FittedConstant, float]) -> float:
         for p in case.cluster.pools
     )
     cluster = case.cluster.model_copy(update={"pools": pools})
-    rules = with_engine_constants(ENGINES[case.plan.engine], values)
+    rules = with_engine_constants(engine_rules_of(case.plan.engine, case.plan.engine_stack), values)
     return error_pct(
         estimate_stage_plan(case.model, cluster, case.plan, rules).step_time_s,
         case.measured["step_time_s"],

@@ -46,7 +46,7 @@ from dataclasses import dataclass, replace
 
 from paraplan.catalog import load_system
 from paraplan.catalog.gemm_benchmarks import GEMM_BENCHMARK_BF16
-from paraplan.step.engines import ENGINES, EngineRules
+from paraplan.step.engines import ENGINE_STACKS, EngineRules
 from paraplan.specs.system import SystemSpec
 
 
@@ -70,12 +70,14 @@ class FittedConstant:
 
 @dataclass(frozen=True)
 class EngineConstant(FittedConstant):
-    """A fitted number of a pipeline runtime (``step.engines.ENGINES[engine]``, field ``path[-1]``), not of a system."""
+    """A fitted number of a training stack on its pipeline engine
+    (``step.engines.ENGINE_STACKS[stack]``, the EngineRules field ``path[-1]``; a per-stage plan's
+    ``engine_stack``), not of a system."""
 
-    engine: str = "deepspeed"
+    stack: str = "amp2022"
 
     def catalog_value(self) -> float:
-        return float(getattr(ENGINES[self.engine], self.path[-1]))
+        return float(ENGINE_STACKS[self.stack][self.path[-1]])
 
 
 _EFF = ("accelerator", "efficiency")
