@@ -42,19 +42,34 @@ def degree_violation(gpus: int, dims: ParallelDims) -> Violation:
     return Violation("plan.gpus", gpus, f"must equal tp·pp·dp·cp = {dims.tp}·{dims.pp}·?·{dims.cp}")
 
 
-def stage_degree_rule(gpus: int, tp: int, dp: int) -> str | None:
-    """A stage of a per-stage plan runs tp·dp GPUs (dp = 0: gpus / tp, which tp must divide)."""
-    if dp and tp * dp != gpus:
-        return f"tp·dp = {tp}·{dp} must equal the stage's GPUs = {gpus}"
-    if gpus % tp:
-        return f"tp={tp} must divide the stage's GPUs = {gpus}"
+def stage_degree_rule(gpus: int, tp: int, dp: int, cp: int = 1) -> str | None:
+    """A stage of a per-stage plan runs tp·cp·dp GPUs (dp = 0: gpus / (tp·cp), which tp·cp must divide)."""
+    names, product = ("tp", f"{tp}") if cp == 1 else ("tp·cp", f"{tp}·{cp}"), tp * cp
+    if dp and product * dp != gpus:
+        return f"{names[0]}·dp = {names[1]}·{dp} must equal the stage's GPUs = {gpus}"
+    if gpus % product:
+        return f"{names[0]}={names[1]} must divide the stage's GPUs = {gpus}"
+    return None
+
+
+def stage_cp_rule(model: ModelSpec, cp: int, first_cp: int) -> str | None:
+    """Every stage of a per-stage plan runs the first stage's cp: Megatron-Core sets one context-parallel
+    size for the whole model (megatron/core/parallel_state.py initialize_model_parallel(context_parallel_size),
+    NVIDIA/Megatron-LM d98e8a64 line 607), torchtitan one ParallelDims.cp (torchtitan/distributed/
+    parallel_dims.py line 136 at b5bcd76c), and a stage boundary between different cp would need a sequence
+    reshard neither implements. An encoder-decoder takes cp 1: its cross-attention
+    (graph.encoder.cross_attention_ops) has no context-parallel exchange of the encoder's K/V."""
+    if cp != first_cp:
+        return f"every stage runs one cp (one context-parallel group size per model); allowed: {first_cp}"
+    if cp > 1 and model.architecture == "encoder_decoder":
+        return "an encoder-decoder's cross-attention has no context-parallel exchange; allowed: 1"
     return None
 
 
 def stage_spec_rule(stage) -> str | None:
     """One stage of a per-stage plan (specs.stage_plan.StageSpec) gives its layers or its blocks ([start,
     stop] with 0 <= start <= stop), recomputes by one granularity or per op (``recompute_ops`` with
-    recompute none; a stack's policy, specs.recompute.POLICIES, alone), and runs tp·dp GPUs (stage_degree_rule)."""
+    recompute none; a stack's policy, specs.recompute.POLICIES, alone), and runs tp·cp·dp GPUs (stage_degree_rule)."""
     if (stage.layers is None) == (stage.blocks is None):
         return "give exactly one of layers or blocks"
     if stage.blocks is not None and not 0 <= stage.blocks[0] <= stage.blocks[1]:
@@ -64,7 +79,7 @@ def stage_spec_rule(stage) -> str | None:
     ops = list(stage.recompute_ops)
     if len(ops) > 1 and (policy := next((o for o in ops if o in POLICIES), None)):
         return f"recompute_ops={ops}: {policy} is a stack's recomputation policy, listed alone"
-    return stage_degree_rule(stage.gpus, stage.tp, stage.dp)
+    return stage_degree_rule(stage.gpus, stage.tp, stage.dp, stage.cp)
 
 
 # ---- tensor parallelism --------------------------------------------------------------------------
@@ -81,8 +96,11 @@ def tp_rules(model: ModelSpec, tp: int) -> list[str]:
     return out
 
 
-def pool_slice_rule(gpus: int, tp: int) -> str | None:
-    """A stage's GPUs from one pool hold whole tensor-parallel groups (a TP group stays in one pool)."""
+def pool_slice_rule(gpus: int, tp: int, cp: int = 1) -> str | None:
+    """A stage's GPUs from one pool hold whole tensor-parallel groups (a TP group stays in one pool), and with
+    cp > 1 whole tp·cp blocks (a CP group, cp ranks tp apart, stays in one pool: step.stage_links.cp_span)."""
+    if cp > 1 and gpus % (tp * cp):
+        return f"must be a multiple of tp·cp={tp * cp} (a TP and a CP group stay in one pool)"
     return f"must be a multiple of tp={tp} (a TP group stays in one pool)" if gpus % tp else None
 
 
@@ -387,17 +405,23 @@ def stage_rules(
     microbatches: int,
     seq_length: int,
     sequence_parallel: bool,
+    cp_algorithm: str = "ring",
 ) -> list[Rule]:
-    """The rules of stage ``index`` of a per-stage plan: tp_rules, each pool's slice of the stage holds
-    whole TP groups (pool_slice_rule), the stage's dp splits every micro-batch into whole samples
-    (batch_rule), sequence parallelism splits the sequence over tp (sequence_parallel_rule). The
-    per-stage check (specs.stage_plan) and the per-stage searches (search.staged) both ask it."""
-    tp, stage = dims.tp, f"plan.stages.{index}"
+    """The rules of stage ``index`` of a per-stage plan: tp_rules, its cp those of a uniform plan's cp
+    (cp_rule, ulysses_rule under ``cp_algorithm``), each pool's slice of the stage holds whole TP (and CP)
+    groups (pool_slice_rule), the stage's dp splits every micro-batch into whole samples (batch_rule),
+    sequence parallelism splits each rank's s/cp tokens over tp (sequence_parallel_rule). The per-stage
+    check (specs.stage_plan) and the per-stage searches (search.staged, cp = 1) both ask it."""
+    tp, cp, stage = dims.tp, dims.cp, f"plan.stages.{index}"
     out: list[Rule] = [(f"{stage}.tp", tp, rule) for rule in tp_rules(model, tp)]
+    if rule := cp_rule(seq_length, cp):
+        out.append(("plan.seq_length", seq_length, f"stage {index}: {rule}"))
+    if rule := ulysses_rule(model, tp, cp, cp_algorithm):
+        out.append((f"{stage}.cp", cp, rule))
     out += [
         (f"{stage}.devices.{j}.gpus", gpus, rule)
         for j, gpus in enumerate(slice_gpus)
-        if (rule := pool_slice_rule(gpus, tp))
+        if (rule := pool_slice_rule(gpus, tp, cp))
     ]
     if rule := batch_rule(global_batch, dims.dp, microbatches, "microbatches"):
         out.append(("plan.global_batch", global_batch, f"stage {index}: {rule}"))

@@ -2,8 +2,14 @@
 
 This is the plan AMP (Li et al. 2022, arXiv:2210.07297) and Aceso (Liu et al. 2024, EuroSys) search
 over: stage i holds a contiguous range of the model's blocks (``step.blocks.model_blocks``: input
-block, transformer layers, output block) on ``tp_i · dp_i`` GPUs taken from the named pools of a
+block, transformer layers, output block) on ``tp_i · cp · dp_i`` GPUs taken from the named pools of a
 cluster (specs/cluster.py). Stages run in the listed order; activations flow from stage i to i+1.
+
+Context parallelism: a stage may state ``cp`` (default 1; dp then defaults to gpus / (tp·cp)), checked by
+a uniform plan's cp rules (specs.rules.stage_rules: cp_rule, ulysses_rule under the plan's cp_algorithm)
+and priced as a uniform plan prices it (step.per_stage). Every stage runs the same cp
+(specs.rules.stage_cp_rule: Megatron-Core and torchtitan run one context-parallel group size per model,
+and no engine reshards a sequence between stages); the per-stage searches keep cp = 1.
 
 Micro-batching: the global batch is cut into ``microbatches`` micro-batches that flow through the
 pipeline; stage i splits each over its dp_i replicas, so one GPU of stage i works on
@@ -23,10 +29,13 @@ File form (YAML or JSON; ``paraplan estimate --plan FILE`` recognises it by its 
     stages:
       - {pool: v100, gpus: 4, layers: 5, tp: 1}
       - {devices: [{pool: v100, gpus: 2}, {pool: t4, gpus: 2}], layers: 7, tp: 2, recompute: full}
+
+(a long-context plan gives every stage the same ``cp``: ``{pool: h100, gpus: 8, layers: 16, tp: 2, cp: 2}``)
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Literal
 
 from pydantic import Field, ValidationError, model_validator
@@ -42,6 +51,7 @@ from paraplan.specs.rules import (
     interleave_batch_rule,
     interleave_model_rule,
     per_stage_model_rule,
+    stage_cp_rule,
     stage_rules,
     stage_spec_rule,
     vpp_rule,
@@ -70,7 +80,8 @@ class StageSpec(InputModel):
     layers: int | None = Field(None, ge=0)
     blocks: tuple[int, int] | None = None
     tp: int = Field(1, gt=0)
-    dp: int = Field(0, ge=0, description="0 = infer from the stage's GPUs / tp")
+    cp: int = Field(1, gt=0, description="context-parallel degree (the same on every stage)")
+    dp: int = Field(0, ge=0, description="0 = infer from the stage's GPUs / (tp·cp)")
     recompute: Recompute = "none"  # a stage states the plan granularities (specs.recompute)
     recompute_ops: tuple[str, ...] = Field(
         (), description="op names re-run in backward (per-op recompute)"
@@ -79,7 +90,7 @@ class StageSpec(InputModel):
     @model_validator(mode="before")
     @classmethod
     def _shorthand(cls, data):
-        """``pool`` + ``gpus`` is one device slice; dp defaults to gpus / tp."""
+        """``pool`` + ``gpus`` is one device slice; dp defaults to gpus / (tp·cp)."""
         if isinstance(data, dict):
             data = dict(data)
             if "pool" in data or "gpus" in data:
@@ -100,12 +111,12 @@ class StageSpec(InputModel):
 
     @property
     def data_parallel(self) -> int:
-        return self.dp or self.gpus // self.tp
+        return self.dp or self.gpus // (self.tp * self.cp)
 
     @property
     def dims(self) -> ParallelDims:
-        """The stage's degrees: tp × dp of its GPUs (a per-stage plan has no cp or experts)."""
-        return ParallelDims(tp=self.tp, dp=self.data_parallel)
+        """The stage's degrees: tp × cp × dp of its GPUs (a per-stage plan has no experts)."""
+        return ParallelDims(tp=self.tp, cp=self.cp, dp=self.data_parallel)
 
 
 # the pipeline engine each training stack a per-stage plan may state ran on
@@ -244,6 +255,9 @@ def stage_plan_violations(
     out = []
     if rule := per_stage_model_rule(model):
         out.append(Violation("model", model.name, rule))
+    for i, s in enumerate(plan.stages):
+        if rule := stage_cp_rule(model, s.cp, plan.stages[0].cp):
+            out.append(Violation(f"plan.stages.{i}.cp", s.cp, rule))
     out += _coverage_violations(plan, model)
     if rule := vpp_rule(plan.pp, plan.vpp):
         out.append(Violation("plan.vpp", plan.vpp, rule))
@@ -271,6 +285,7 @@ def stage_plan_violations(
                 plan.n_microbatches,
                 plan.seq_length,
                 plan.sequence_parallel,
+                plan.cp_algorithm,
             )
         ]
         empty = s.layers == 0 or (s.blocks is not None and s.blocks[0] == s.blocks[1])
@@ -296,12 +311,12 @@ def stage_accelerator_violations(plan: StagePlanSpec, pools) -> list[Violation]:
 def stage_stack_violations(plan: StagePlanSpec, pools) -> list[Violation]:
     """The parallel kinds the plan uses that the stack of a pool its stages use does not run
     (specs.rules_stack.stack_parallelism_rules on efficiency.runtime.parallelism, a uniform plan's check):
-    the stages' tp and dp, the plan's pp, sequence parallelism and TP overlap, each named once."""
+    the stages' tp, cp and dp, the plan's pp, sequence parallelism and TP overlap, each named once."""
     out: list[Violation] = []
     for pool in pools:
         runs = pool.system.accelerator.efficiency.runtime.parallelism
         for s in plan.stages:
-            dims = ParallelDims(tp=s.tp, dp=s.data_parallel, pp=plan.pp)
+            dims = replace(s.dims, pp=plan.pp)
             for rule in stack_parallelism_rules(
                 runs, dims, plan.sequence_parallel, plan.overlap_tp_comm
             ):

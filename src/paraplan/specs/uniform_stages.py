@@ -32,6 +32,7 @@ CARRIED_FIELDS = frozenset(
         "tp",
         "pp",
         "dp",
+        "cp",
         "micro_batch",
         "global_batch",
         "seq_length",
@@ -131,7 +132,7 @@ def uniform_plan_violations(plan: PlanSpec, model: ModelSpec) -> list[Violation]
 def uniform_stage_plan(
     plan: PlanSpec, model: ModelSpec, pool: str, pipeline_engine: str = "megatron"
 ) -> StagePlanSpec:
-    """The per-stage plan of a uniform plan on pool ``pool``: pp stages of tp·dp GPUs each, the model's
+    """The per-stage plan of a uniform plan on pool ``pool``: pp stages of tp·cp·dp GPUs each, the model's
     transformer layers (encoder, then decoder) split by stage_layer_split, the run-wide knobs (the
     interleaved schedule's vpp among them) carried over, the pipeline runtime the stack's profile states
     (``pipeline_engine``: efficiency.runtime.pipeline_engine, as plan.engine by stage_engine), whose rules
@@ -148,8 +149,9 @@ def uniform_stage_plan(
     stages = [
         {
             "pool": pool,
-            "gpus": plan.tp * plan.dp,
+            "gpus": plan.tp * plan.cp * plan.dp,
             "tp": plan.tp,
+            "cp": plan.cp,
             "dp": plan.dp,
             "layers": layers,
             # selective recompute by module is per-op recompute of those modules (step.per_stage._recompute_mode)

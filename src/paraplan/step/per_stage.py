@@ -9,7 +9,8 @@ candidate range (``range_matrices``); both paths share every rule.
 The model (issue 10, "The model"):
 - a stage's blocks (step.blocks.model_blocks) are costed as the uniform path costs them
   (step.block_sums' op-time and collective sums, step.build.block_cost) on the stage's per-GPU
-  micro-batch global_batch / (m · dp_i) and its tp, one entry per distinct block with its count
+  micro-batch global_batch / (m · dp_i), its tp and cp (CP collectives on its slowest CP group,
+  step.stage_links.cp_span; its dense gradient group the cp·dp TP-rank-0 GPUs), one entry per distinct block with its count
   (step/layout.py), so ZeRO-3 gathers block by block as on a uniform plan; a stage is a
   step.compose.Stage with its own StepInputs (gradient group on its GPUs, HBM, state bytes), whose
   work, tail and memory come from step.compose's stage_work, tail_terms and stage_memory_terms;
@@ -85,6 +86,7 @@ from paraplan.step.stage_totals import (
 from paraplan.step.stage_links import (  # noqa: F401 (re-exported: the searches and the tests read them here)
     Common,
     StageSetting,
+    cp_span,
     group_links,
     node_counts,
     p2p_exchange_s,
@@ -109,17 +111,19 @@ class StageCost:
 
 # ---- one stage -----------------------------------------------------------------------------------
 def layer_shape_for(common: Common, setting: StageSetting) -> LayerShape:
-    """A stage's layer shape (step.layer_shape.layer_shape_from): its tp and micro-batch, no context parallelism,
-    the stage's per-op recompute list as modules; each pool adds its stack's fields (``stage_arrays``)."""
+    """A stage's layer shape (step.layer_shape.layer_shape_from): its tp, cp (with the run's cp_algorithm) and
+    micro-batch, the stage's per-op recompute list as modules; each pool adds its stack's fields
+    (``stage_arrays``)."""
     return layer_shape_from(
         setting.dims.tp,
-        1,
+        setting.dims.cp,
         setting.micro_batch,
         common.seq_length,
         common.sequence_parallel,
         common.attention,
         common.dtype,
         recompute_modules=recompute_modules_of(setting.recompute_ops),
+        cp_algorithm=common.runtime.cp_algorithm,
     )
 
 
@@ -175,6 +179,7 @@ def stage_arrays(
             rules,
             common.overlap_tp_comm,
             tp_span(cluster, setting.slices, setting.dims.tp, pool),
+            cp_span(cluster, setting.slices, setting.dims.tp, setting.dims.cp, pool),
         )
         for pool, system in zip(pools, systems)
     }
@@ -212,7 +217,9 @@ def stage_arrays(
         pp=setting.dims.pp,
         microbatches=setting.microbatches,
         gradient_groups={
-            "dense": stage_gradient_group(cluster, setting.slices, setting.dims.tp, setting.dims.dp)
+            "dense": stage_gradient_group(
+                cluster, setting.slices, setting.dims.tp, setting.dims.cp * setting.dims.dp
+            )
         },
         knobs=knobs,
         **terms,
@@ -360,7 +367,7 @@ def estimate_stage_plan(
     check_stage_plan(plan, model, cluster)
     for i, s in enumerate(plan.stages):
         if s.recompute_ops:
-            allowed = recomputable_names(model, plan.seq_length, plan.attention, plan.dtype)
+            allowed = recomputable_names(model, plan.seq_length, plan.attention, plan.dtype, s.cp)
             bad = [o for o in s.recompute_ops if o not in allowed]
             if bad:
                 raise InputError(
@@ -384,6 +391,7 @@ def estimate_stage_plan(
             "layers": sum(1 for ref in model_blocks(model)[a:b] if ref.is_layer),
             "devices": [{"pool": p, "gpus": n} for p, _, n in st.slices],
             "tp": st.dims.tp,
+            "cp": st.dims.cp,
             "dp": st.dims.dp,
             "micro_batch": st.micro_batch,
             "recompute": _recompute_mode(st),

@@ -58,9 +58,11 @@ def _block_facts(
     head_params: float | None,
     async_tp: bool,
     span: GroupSpan,
+    cp_span: GroupSpan = NO_SPAN,
 ) -> BlockFacts:
     """One distinct block's sums on one pool's GPUs (step.block_sums: TP collectives on the stage's slowest
-    TP group, ``span``, step.stage_links.tp_span; no CP; backward ones hidden only where the engine runs them asynchronously, ``async_tp``:
+    TP group, ``span``, step.stage_links.tp_span; CP collectives on its slowest CP group, ``cp_span``,
+    step.stage_links.cp_span, as step.build._used_span_cost_facts prices a uniform plan's; backward ones hidden only where the engine runs them asynchronously, ``async_tp``:
     step.engines.EngineRules.async_tp_backward), parameters (``head_params`` in place of the graph's when given: the output block sharing
     the stage with the input block, whose weight tensors then leave out the tied table:
     step.blocks.head_tensors_shared_with_embedding) and memory (step.blocks.block_memory; kept and held bytes times the
@@ -71,7 +73,7 @@ def _block_facts(
     if head_params is not None:  # the output block beside the input block: the tied table once
         tensors = tensors - head_tensors_shared_with_embedding(w)
     kept, held, buffer = block_memory(model, ref, shape, recompute)
-    comm = block_comm(graph, system, span, NO_SPAN, async_tp=async_tp)
+    comm = block_comm(graph, system, span, cp_span, async_tp=async_tp)
     if dtensor_tp(system):  # PyTorch AsyncTP's collective matmuls (cost.async_tp)
         comm = with_async_tp_exposure(comm, graph, system, shape.dtype, span)
     return BlockFacts(
@@ -116,10 +118,12 @@ def pool_units(
     rules: EngineRules,
     overlap_tp_comm: bool,
     span: GroupSpan,
+    cp_span: GroupSpan = NO_SPAN,
 ) -> tuple[BlockCost, ...]:
     """One BlockCost per distinct block (``distinct_blocks``) on one pool's GPUs, through step.build.block_cost
     (the uniform path's) with the engine's rules (``_block_facts``' async_tp, ``_with_engine``); TP comm-GEMM overlap as
-    the plan asks, where the stage's slowest TP group (``span``) sits in one NVLink domain (step.build.tp_overlap)."""
+    the plan asks, where the stage's slowest TP group (``span``) sits in one NVLink domain (step.build.tp_overlap);
+    CP collectives on ``cp_span`` (step.stage_links.cp_span)."""
     overlap = tp_overlap(overlap_tp_comm, span.domains)
     out = []
     for ref in distinct_blocks(model):
@@ -135,6 +139,7 @@ def pool_units(
             params,
             rules.async_tp_backward,
             span,
+            cp_span,
         )
         cost = block_cost(ref.kind, facts, RECOMPUTE_CODES[recompute], overlap)
         out.append(_with_engine(cost, rules, ref.is_layer, recompute))
@@ -153,12 +158,12 @@ def per_block_parts(model: ModelSpec, units: tuple[BlockCost, ...]) -> dict[str,
 
 @lru_cache(maxsize=256)
 def recomputable_names(
-    model: ModelSpec, seq_length: int, attention: str, dtype: str
+    model: ModelSpec, seq_length: int, attention: str, dtype: str, cp: int = 1
 ) -> frozenset[str]:
     """What a per-op recompute list (StagePlanSpec ``recompute_ops``) may name for this model: every module
     of graph.ops.RECOMPUTE_MODULE_OPS whose ops its layers have, and those ops; a stack's policy
     (graph.ops.POLICY_MODULES: op_sac on a dense swiglu model, save_dots on a dense one) where the model takes
-    it (specs.rules.recompute_modules_rule)."""
+    it at the stage's ``cp`` (specs.rules.recompute_modules_rule)."""
     shape = layer_shape_from(1, 1, 1, seq_length, False, attention, dtype)
     present: set[str] = set()
     for ref in {r.kind: r for r in model_blocks(model) if r.is_layer}.values():
@@ -168,10 +173,8 @@ def recomputable_names(
         found = present.intersection(ops)
         if found:
             names |= {module, *found}
-    for (
-        policy
-    ) in POLICY_MODULES:  # a stack's policy, alone, where the model takes it (a stage: cp = 1)
-        if not recompute_modules_rule(model, "selective", (policy,), 1):
+    for policy in POLICY_MODULES:  # a stack's policy, alone, where the model takes it at this cp
+        if not recompute_modules_rule(model, "selective", (policy,), cp):
             names.add(policy)
     return frozenset(names)
 

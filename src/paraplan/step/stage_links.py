@@ -35,7 +35,7 @@ from paraplan.step.engines import (
 @dataclass(frozen=True)
 class StageSetting:
     """What a stage is, apart from its blocks: GPUs (per pool: first index, count), degrees (``dims``: the
-    stage's tp and dp, the pipeline's pp), per-GPU micro-batch, recompute, position ``index`` in the
+    stage's tp, cp and dp, the pipeline's pp), per-GPU micro-batch, recompute, position ``index`` in the
     pipeline of ``dims.pp`` stages with ``microbatches`` micro-batches."""
 
     slices: tuple[tuple[str, int, int], ...]
@@ -85,7 +85,7 @@ def _node(cluster: ClusterSpec, pool: str, index: int) -> tuple[str, int]:
 
 
 def _member_gpus(setting: StageSetting, replica_stride: int = 1) -> list[tuple[str, int]]:
-    """(pool, index) of every GPU of the stage, in rank order (tp innermost, then dp)."""
+    """(pool, index) of every GPU of the stage, in rank order (tp innermost, then cp, then dp)."""
     out = []
     for pool, first, count in setting.slices:
         out += [(pool, first + k) for k in range(count)]
@@ -164,6 +164,27 @@ def tp_span(cluster: ClusterSpec, slices, tp: int, pool: str) -> GroupSpan:
     )
 
 
+def cp_span(cluster: ClusterSpec, slices, tp: int, cp: int, pool: str) -> GroupSpan:
+    """The span of the slowest context-parallel group of a stage's GPUs on ``pool`` (cp ranks tp apart, in
+    rank order tp-cp-dp from each slice's first, a CP group staying in one pool: specs.rules.pool_slice_rule):
+    cost.group_spans.strided_groups_span, the rule a uniform plan's cp groups are priced by
+    (cost.group_spans.stage_spans); one GPU's span at cp = 1 (no CP collective)."""
+    if cp == 1:
+        return GroupSpan(1, 1, 1)
+    domain = cluster.pool(pool).gpus_per_node
+    return slowest_span(
+        strided_groups_span(first, count, cp, tp, domain) for p, first, count in slices if p == pool
+    )
+
+
+def cp_reshard_peers(senders: int, receivers: int, cp: int) -> tuple[tuple[int, ...], ...]:
+    """``reshard_peers`` of the cp·d_a senders and cp·d_b receivers of a boundary, rank r = replica·cp + c
+    (order tp-cp-dp): CP rank c of each replica holds the same sequence chunks on both stages (one cp per
+    model, specs.rules.stage_cp_rule), so it exchanges with CP rank c of the replicas whose samples overlap."""
+    peers = reshard_peers(senders // cp, receivers // cp)
+    return tuple(tuple(q * cp + r % cp for q in peers[r // cp]) for r in range(senders))
+
+
 def reshard_peers(senders: int, receivers: int) -> tuple[tuple[int, ...], ...]:
     """For each sender replica, the receiver replicas its samples go to: sender r holds the micro-batch's
     samples [r/d_a, (r+1)/d_a), receiver q needs [q/d_b, (q+1)/d_b); they exchange where these overlap
@@ -181,12 +202,19 @@ def reshard_peers(senders: int, receivers: int) -> tuple[tuple[int, ...], ...]:
 
 @lru_cache(maxsize=65536)
 def p2p_links(
-    cluster: ClusterSpec, a_slices, a_tp: int, b_slices, b_tp: int, receiver: bool = False
+    cluster: ClusterSpec,
+    a_slices,
+    a_tp: int,
+    b_slices,
+    b_tp: int,
+    receiver: bool = False,
+    cp: int = 1,
 ) -> tuple[tuple[tuple[float, float], ...], ...]:
-    """For each data-parallel replica on one side of the boundary between stage a and the next stage b
-    (the senders of a, or with ``receiver`` the receivers of b), the (achieved bytes/s, latency) of the
-    link to each of its peers (reshard_peers): the node's NVLink/PCIe domain when the two GPUs share a
-    node, else the pools' network or the cluster's link between them."""
+    """For each data-parallel replica (each CP rank of it) on one side of the boundary between stage a and
+    the next stage b (the senders of a, or with ``receiver`` the receivers of b), the (achieved bytes/s,
+    latency) of the link to each of its peers (reshard_peers; cp_reshard_peers with ``cp`` > 1): the node's
+    NVLink/PCIe domain when the two GPUs share a node, else the pools' network or the cluster's link
+    between them."""
     a_gpus = [(p, first + k) for p, first, count in a_slices for k in range(count)]
     b_gpus = [(p, first + k) for p, first, count in b_slices for k in range(count)]
     a_nodes, b_nodes = (
@@ -202,7 +230,9 @@ def p2p_links(
             return node.peer_bandwidth(1), node.nvlink_latency
         return cluster.link_rate(pa, pb, a_nodes[na], b_nodes[nb])
 
-    peers = reshard_peers(len(src), len(dst))
+    peers = (
+        reshard_peers(len(src), len(dst)) if cp == 1 else cp_reshard_peers(len(src), len(dst), cp)
+    )
     if receiver:
         return tuple(
             tuple(link(*src[r], *dst[q]) for r in range(len(src)) if q in peers[r])
@@ -218,7 +248,7 @@ def p2p_time_s(
     ``size_bytes`` being that side's per-GPU bytes (floats or numpy arrays): the slowest replica of
     Σ_peers (size/k)/rate_peer + latency_peer over its k peers (Hockney's α + n/β per message, Hockney
     1994; the bytes split evenly over the peers, sent one after the other as blocking point-to-point)."""
-    sides = p2p_links(cluster, a.slices, a.dims.tp, b.slices, b.dims.tp, receiver)
+    sides = p2p_links(cluster, a.slices, a.dims.tp, b.slices, b.dims.tp, receiver, a.dims.cp)
     size = np.asarray(size_bytes, dtype=float)
     worst = np.max(
         [sum(size / len(peers) / rate + lat for rate, lat in peers) for peers in sides], axis=0
@@ -276,9 +306,10 @@ def stack_transfers(cluster: ClusterSpec, a: StageSetting, b: StageSetting) -> f
 
 @lru_cache(maxsize=65536)
 def stage_gradient_group(cluster: ClusterSpec, slices, tp: int, dp: int) -> GradientGroup:
-    """The stage's data-parallel group (its TP-rank-0 GPUs, every replica) with its collectives priced as a
-    uniform plan's (step.build.gradient_group) on the span of its members and the slowest links they use
-    (a synthetic system)."""
+    """The stage's dense gradient group (its TP-rank-0 GPUs: ``dp`` = cp·dp members, every CP rank of every
+    replica, as specs.parallel.GRADIENT_GROUPS' dense group) with its collectives priced as a uniform plan's
+    (step.build.gradient_group) on the span of its members and the slowest links they use (a synthetic
+    system)."""
     if dp <= 1:
         return gradient_group(cluster.pools[0].system, GroupSpan(1, 1, 1))
     every = [(p, first + k) for p, first, count in slices for k in range(count)]
