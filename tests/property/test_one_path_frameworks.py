@@ -9,7 +9,7 @@ overlap switches) and every datatype of bf16 / fp8 / fp32 the system has a peak 
 
 Plans are drawn with a fixed seed per (profile, datatype): a dense model the per-stage path takes (decoders
 with GeLU or SwiGLU, LayerNorm or RMSNorm, learned or rotary positions, tied or untied embeddings; BERT and
-ViT encoders), a plan of tests/unit/test_one_path.draw_plan_fields (pp ≤ 8, tp ≤ 8, dp ≤ 8 on ≤ 32 GPUs, ZeRO 0-3, every
+ViT encoders), a plan of tests/unit/test_one_path.draw_plan_fields (pp ≤ 8, tp ≤ 8, cp ≤ 4, dp ≤ 8 on ≤ 32 GPUs, ZeRO 0-3, every
 recompute mode, 1F1B / GPipe / interleaved, sequence parallelism) on a system with a peak for the datatype,
 under a profile whose stack runs a recomputation mode of its own (specs.recompute.MODES: torchtitan's op_sac,
 MaxText's save_dots) that mode half the time, and now and then an overlap switch the plan states against
@@ -93,19 +93,22 @@ def draw_plan(rng: random.Random, dtype: str, framework: str) -> tuple[str, str,
 
 def runnable(fields: dict, runs: tuple[str, ...]) -> dict:
     """The drawn plan on the parallel kinds the profile's loop runs (its ``parallelism``, refused otherwise:
-    specs.rules_stack.stack_parallelism_rules): the GPUs of a tp or pp it lacks become data-parallel replicas
-    (the micro-batch count kept), or are dropped where it runs no data parallelism either (a one-device loop:
-    gpus = tp·pp), with no sequence parallelism or TP overlap it lacks, one stage under 1F1B."""
+    specs.rules_stack.stack_parallelism_rules): the GPUs of a tp, cp or pp it lacks become data-parallel
+    replicas (the micro-batch count kept), or are dropped where it runs no data parallelism either (a
+    one-device loop: gpus = tp·cp·pp), with no sequence parallelism or TP overlap it lacks, one stage under
+    1F1B."""
     out = dict(fields)
     if "tp" not in runs:
         out["tp"] = 1
+    if "cp" not in runs:
+        out["cp"] = 1
     if "pp" not in runs:
         out |= {"pp": 1, "vpp": 1, "schedule": "1f1b"}
     if "dp" not in runs:
-        out["gpus"] = out["tp"] * out["pp"]
-    replicas = fields["gpus"] // (fields["tp"] * fields["pp"])
+        out["gpus"] = out["tp"] * out["cp"] * out["pp"]
+    replicas = fields["gpus"] // (fields["tp"] * fields["cp"] * fields["pp"])
     out["global_batch"] = (
-        fields["global_batch"] // replicas * (out["gpus"] // (out["tp"] * out["pp"]))
+        fields["global_batch"] // replicas * (out["gpus"] // (out["tp"] * out["cp"] * out["pp"]))
     )
     if "sp" not in runs or out["tp"] == 1:
         out["sequence_parallel"] = False

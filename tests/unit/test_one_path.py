@@ -38,6 +38,7 @@ from paraplan.step.stage_totals import stage_plan_fields
 REL = 1e-9
 MAX_GPUS = 32  # four 8-GPU nodes
 SYSTEM = "dgx-h100-80gb"
+CPS = (1, 2, 4)  # context-parallel degrees drawn (issue 31: a per-stage plan states cp)
 DENSE_DECODERS = ("gpt3-125m", "gpt3-350m", "gpt3-1.3b", "gpt3-2.7b", "llama2-7b", "llama3-8b")
 PER_STAGE_FIELDS = ("stage_work_s", "stage_tail_s", "stage_summary")
 MEMORY_FIELDS = tuple(
@@ -98,22 +99,25 @@ def assert_same(uniform, per_stage) -> None:
 def draw_plan_fields(pick, model) -> dict:
     """A uniform plan of ``model``, each knob chosen by ``pick`` (options -> one of them: a hypothesis draw,
     or a seeded random.choice): pp 1-8 (≤ its layers), tp in (1, 2, 4, 8) (the ones the model's heads
-    allow, specs.rules.tp_rules), dp 1-8, on tp·pp·dp ≤ 32 GPUs of 8-GPU nodes (so stages share a node, fill
-    one, span several or straddle a node boundary, and so may a stage's dp group: a stage of S = tp·dp GPUs
-    tiles the nodes when S | 8 or 8 | S, else (dp 3, 5, 6, 7) the uniform path prices it stage by stage,
-    step.placement), 1F1B, GPipe or interleaved with vpp ≤ 4 (micro-batches a multiple of pp,
+    allow, specs.rules.tp_rules), cp in (1, 2, 4) (each 2·cp divides both sequence lengths, specs.rules.cp_rule;
+    the per-stage plan states it on every stage), dp 1-8, on tp·cp·pp·dp ≤ 32 GPUs of 8-GPU nodes (so stages
+    share a node, fill one, span several or straddle a node boundary, and so may a stage's dp and cp groups: a
+    stage of S = tp·cp·dp GPUs tiles the nodes when S | 8 or 8 | S, else (dp 3, 5, 6, 7) the uniform path
+    prices it stage by stage, step.placement), 1F1B, GPipe or interleaved with vpp ≤ 4 (micro-batches a multiple of pp,
     specs.rules.interleave_batch_rule), ZeRO 0-3, the three common recompute modes (the stacks' per-op
     policies: test_policy_recompute_modes_agree), sequence parallelism."""
     pp = pick([p for p in range(1, 9) if p <= model.layers])
     tp = pick([t for t in (1, 2, 4, 8) if t * pp <= MAX_GPUS and not tp_rules(model, t)])
-    dp = pick([d for d in range(1, 9) if tp * pp * d <= MAX_GPUS])
+    cp = pick([c for c in CPS if tp * c * pp <= MAX_GPUS])
+    dp = pick([d for d in range(1, 9) if tp * cp * pp * d <= MAX_GPUS])
     micro_batch = pick((1, 2))
     schedule = pick(("1f1b", "gpipe", "interleaved") if pp > 1 else ("1f1b",))
     vpp = pick((2, 3, 4)) if schedule == "interleaved" else 1
     microbatches = pp * pick((1, 2)) if vpp > 1 else pick((1, 4, 8))
     return {
-        "gpus": tp * pp * dp,
+        "gpus": tp * cp * pp * dp,
         "tp": tp,
+        "cp": cp,
         "pp": pp,
         "vpp": vpp,
         "micro_batch": micro_batch,

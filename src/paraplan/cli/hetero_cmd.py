@@ -129,7 +129,8 @@ def print_stage_estimate(
     width: int | None = None,
     notes: tuple[str, ...] = (),
 ) -> None:
-    """The report of a per-stage estimate: JSON (the estimate and its per-stage plan), or the stage and step tables."""
+    """The report of a per-stage estimate: JSON (the estimate and its per-stage plan), or the stage and step tables
+    (a cp column where a stage runs context parallelism)."""
     if as_json:
         print(json.dumps(est.to_dict() | {"stage_plan": stage_plan_to_dict(plan_spec)}, indent=2))
         return
@@ -140,12 +141,14 @@ def print_stage_estimate(
     )
     for line in notes:
         console.print(line)
+    cp_column = any(s.get("cp", 1) > 1 for s in est.stage_summary)  # shown where a stage runs cp
     table = simple_table(
         "Stages",
         "stage",
         "devices",
         "blocks",
         "tp",
+        *(("cp",) if cp_column else ()),
         "dp",
         "micro-batch",
         "recompute",
@@ -165,6 +168,7 @@ def print_stage_estimate(
             devices,
             f"{summary['blocks'][0]}-{summary['blocks'][1]}",
             str(summary["tp"]),
+            *((str(summary["cp"]),) if cp_column else ()),
             str(summary["dp"]),
             str(summary["micro_batch"]),
             summary["recompute"],

@@ -50,7 +50,7 @@ TokensOption = optional(
 ClusterOption = optional(
     Path,
     "--cluster",
-    help="cluster of node pools (YAML/JSON): a non-uniform --plan's GPUs, or an AMP-style search",
+    help="cluster of node pools (YAML/JSON): a non-uniform --plan's GPUs, or an AMP-style search (cp 1)",
 )
 
 

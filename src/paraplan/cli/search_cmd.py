@@ -157,7 +157,8 @@ def search(
     width: WidthOption = None,
     cluster: ClusterOption = None,
     non_uniform: switch(
-        "--non-uniform", help="per-stage GPUs / tp / recompute on one GPU type: Aceso-style search"
+        "--non-uniform",
+        help="per-stage GPUs / tp / recompute on one GPU type (cp 1): Aceso-style search",
     ) = False,
     time_budget: given(
         float, "--time-budget", help="seconds for the --cluster and --non-uniform searches", min=0.0

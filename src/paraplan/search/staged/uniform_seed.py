@@ -4,8 +4,9 @@ best plans (search.run.search, the path of ``paraplan search --system S --gpus N
 alike by both paths (tests/unit/test_one_path.py), so a per-stage search that keeps it, or alleviates from
 it, never returns a plan slower than the best uniform plan a per-stage plan can state.
 
-The uniform search is restricted to what a per-stage plan states rather than its plans dropped: cp 1 (a
-stage has tp and dp only), the schedules a per-stage plan runs (STAGE_SCHEDULES: 1f1b, interleaved, gpipe),
+The uniform search is restricted to what a per-stage plan states rather than its plans dropped: cp 1
+(the per-stage searches keep cp = 1: their stage settings state tp and dp only), the schedules a
+per-stage plan runs (STAGE_SCHEDULES: 1f1b, interleaved, gpipe),
 no offload, the default placement and layer split, 1-D tp inside a node (the per-stage searches keep tp
 within NVLink, as AMP and Aceso do), and the problem's run-wide knobs, overlap defaults and framework
 (search.launch); ZeRO, sequence parallelism, interleaving (vpp), recompute, the overlap switches and the
