@@ -18,6 +18,7 @@ from paraplan.specs.rules import (
     degree_violation,
     pp_rule,
     sequence_parallel_rule,
+    stage_cp_rule,
     tp_rules,
 )
 from paraplan.specs.rules import costed_by_stages, interleave_model_rule  # noqa: F401 (named here too)
@@ -111,13 +112,16 @@ def unsupported_field_violations(plan: PlanSpec) -> list[Violation]:
 
 def uniform_plan_violations(plan: PlanSpec, model: ModelSpec) -> list[Violation]:
     """The uniform plan's own rules a per-stage plan relies on (specs.plan: degrees, tp, pp, batch,
-    sequence parallelism), then the knobs it cannot carry."""
+    sequence parallelism; the per-stage plan's cp rule, specs.rules.stage_cp_rule), then the knobs it
+    cannot carry."""
     out = unsupported_field_violations(plan)
     if rule := interleave_model_rule(model, plan.vpp):
         out.append(Violation("plan.vpp", plan.vpp, rule))
     if plan.dp == 0 or plan.tp * plan.pp * plan.dp * plan.cp != plan.gpus:
         out.append(degree_violation(plan.gpus, plan.dims))
     out += [Violation("plan.tp", plan.tp, rule) for rule in tp_rules(model, plan.tp)]
+    if rule := stage_cp_rule(model, plan.cp, plan.cp):  # an encoder-decoder's stages: cp 1
+        out.append(Violation("plan.cp", plan.cp, rule))
     if rule := pp_rule(model, plan.pp):
         out.append(Violation("plan.pp", plan.pp, rule))
     if plan.dp and (rule := batch_rule(plan.global_batch, plan.dp, plan.micro_batch)):
