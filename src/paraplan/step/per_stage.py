@@ -163,26 +163,10 @@ def stage_arrays(
     ``wrap``: an end stage's wrapping neighbour in an interleaved pipeline (the last stage for the first,
     the first for the last; step.p2p.exchanges), None otherwise."""
     shape = layer_shape_for(common, setting)
-    recompute = _recompute_mode(setting)
     pools = sorted({p for p, _, _ in setting.slices})
     systems = [cluster.pool(p).system for p in pools]
     rules = common.rules
-    units = {
-        pool: pool_units(
-            model,
-            system,
-            shape._replace(
-                **stack_shape_fields(system),
-            ),
-            recompute,
-            setting.dims.pp == 1,
-            rules,
-            common.overlap_tp_comm,
-            tp_span(cluster, setting.slices, setting.dims.tp, pool),
-            cp_span(cluster, setting.slices, setting.dims.tp, setting.dims.cp, pool),
-        )
-        for pool, system in zip(pools, systems)
-    }
+    units = {pool: stage_pool_units(model, cluster, common, setting, shape, pool) for pool in pools}
     blocks = model_blocks(model)
     sent = np.array(
         [0.0] + [boundary_bytes(model, blocks, k - 1, shape) for k in range(1, len(blocks) + 1)]
@@ -230,6 +214,31 @@ def stage_arrays(
         ),
         parts={pool: per_block_parts(model, u) for pool, u in units.items()},
         capacity=min(s.accelerator.hbm_capacity for s in systems),
+    )
+
+
+def stage_pool_units(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    common: Common,
+    setting: StageSetting,
+    shape: LayerShape,
+    pool: str,
+):
+    """step.stage_blocks.pool_units of a stage on one pool's GPUs: its layer shape with the pool's stack fields,
+    its recompute, its slowest TP and CP groups there (step.stage_links.tp_span, cp_span)."""
+    system = cluster.pool(pool).system
+    dims = setting.dims
+    return pool_units(
+        model,
+        system,
+        shape._replace(**stack_shape_fields(system)),
+        _recompute_mode(setting),
+        dims.pp == 1,
+        common.rules,
+        common.overlap_tp_comm,
+        tp_span(cluster, setting.slices, dims.tp, pool),
+        cp_span(cluster, setting.slices, dims.tp, dims.cp, pool),
     )
 
 
