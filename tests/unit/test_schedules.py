@@ -12,6 +12,7 @@ from pytest import approx
 
 from paraplan.search import space
 from paraplan.specs.plan import Schedule
+from paraplan.specs.rules_schedule import SCHEDULE_RULES, schedule_batch_rule, schedule_vpp_rule
 from paraplan.step.block_terms import BLOCK_TERM_NAMES
 from paraplan.step.inputs import GridKnobs
 from paraplan.step.schedules import (
@@ -182,6 +183,20 @@ def test_registry_matches_the_plan_knobs_and_search():
     assert [s for s in SCHEDULES.values() if not s.flag] == [SCHEDULES["1f1b"]]
     assert space.SCHEDULES == tuple(SCHEDULES)
     assert set(space.SPLIT_BACKWARD_SCHEDULES) == {"zb-h1", "dualpipe"}
+
+
+def test_every_entry_reads_its_plan_rules_from_specs():
+    """Issue 31: a schedule's plan rules (vpp, micro-batch counts) are its specs.rules_schedule entry, which
+    the plan checks, the search's options and the instruction orders ask (one entry per schedule)."""
+    assert tuple(SCHEDULE_RULES) == tuple(SCHEDULES)
+    assert all(entry.rules is SCHEDULE_RULES[name] for name, entry in SCHEDULES.items())
+    assert [r.name for r in SCHEDULE_RULES.values() if r.chunked] == ["interleaved"]
+    assert schedule_batch_rule("interleaved", 4, 6) and not schedule_batch_rule("interleaved", 4, 8)
+    assert schedule_batch_rule("dualpipe", 4, 6) and not schedule_batch_rule("dualpipe", 4, 8)
+    assert not any(schedule_batch_rule(n, 4, 3) for n in ("1f1b", "gpipe", "zb-h1"))
+    assert schedule_vpp_rule("gpipe", 2) == "schedule=gpipe cannot use vpp=2; use 'interleaved'"
+    assert schedule_vpp_rule("interleaved", 1).startswith("schedule=interleaved needs vpp > 1")
+    assert schedule_vpp_rule("interleaved", 2) is None and schedule_vpp_rule("1f1b", 1) is None
 
 
 def test_docs_list_the_registry():

@@ -23,12 +23,8 @@ from paraplan.search.options import (
 )
 from paraplan.specs.moe_model import moe_shaped
 from paraplan.specs.plan import Schedule
-from paraplan.specs.rules import (
-    dualpipe_rule,
-    interleave_batch_rule,
-    interleave_split_rule,
-    offload_rule,
-)
+from paraplan.specs.rules import interleave_split_rule, offload_rule
+from paraplan.specs.rules_schedule import DEFAULT_SCHEDULE, SCHEDULE_RULES
 from paraplan.specs.rules_stack import engine_schedule_rule, engine_zero_rule
 from paraplan.specs.split import (
     SplitGroup,
@@ -44,6 +40,10 @@ SCHEDULES: tuple[str, ...] = get_args(Schedule)
 # searched by default for the models DeepSeek-V3-class training uses them on (experts, MLA, MTP);
 # other models with --schedules naming them
 SPLIT_BACKWARD_SCHEDULES = schedules.SPLIT_BACKWARD_SCHEDULES
+# the schedules' entries in the order the options list them: the default first, the chunked (interleaved) last
+_OPTION_ORDER = sorted(
+    SCHEDULE_RULES.values(), key=lambda r: (r.name != DEFAULT_SCHEDULE, r.chunked)
+)
 # the splits Megatron-LM's two accounting switches give, the default first
 SPLITS = (
     LayerSplit(False, False),
@@ -82,8 +82,8 @@ class GridAxes:
     def schedule_options(self, pp: int, microbatches: int) -> tuple[ScheduleOption, ...]:
         """(vpp, schedule, split): 1f1b; with pp > 1 also gpipe, zb-h1 and dualpipe (where allowed), each with
         every split of split_options, and interleaved with every vpp > 1 a split allows
-        (specs.plan.interleave_split_rule, _interleave_options); the micro-batch count must be a multiple of pp
-        (interleave_batch_rule); those the stack's pipeline engine runs (specs.rules_stack.engine_schedule_rule,
+        (specs.plan.interleave_split_rule, _interleave_options); each schedule's micro-batch counts (its
+        specs.rules_schedule entry's batch_rule: a multiple of pp interleaved, DualPipe's even counts); those the stack's pipeline engine runs (specs.rules_stack.engine_schedule_rule,
         the estimator's rule). A split is (embedding_as_layer, loss_as_layer). Memoised: the block bounds ask for
         every block."""
         memo = self._memo.setdefault("schedule_options", {})
@@ -107,17 +107,18 @@ class GridAxes:
             allowed = tuple(a for a in allowed if a not in SPLIT_BACKWARD_SCHEDULES)
         allowed = tuple(a for a in allowed if launch.schedule_allowed(self.framework, a))
         splits = self.split_options(pp)
-        out = [ScheduleOption(1, "1f1b", split) for split in splits] if "1f1b" in allowed else []
+        out: list[ScheduleOption] = []
+        for entry in _OPTION_ORDER:  # without pipeline stages the default schedule alone
+            if entry.name not in allowed or (pp == 1 and entry.name != DEFAULT_SCHEDULE):
+                continue
+            if entry.batch_rule(pp, microbatches):
+                continue
+            if entry.chunked:
+                out += self._interleave_options(pp)
+            else:
+                out += [ScheduleOption(1, entry.name, split) for split in splits]
         if pp == 1:
             return out
-        if "gpipe" in allowed:
-            out += [ScheduleOption(1, "gpipe", split) for split in splits]
-        if "zb-h1" in allowed:
-            out += [ScheduleOption(1, "zb-h1", split) for split in splits]
-        if "dualpipe" in allowed and not dualpipe_rule(pp, microbatches):
-            out += [ScheduleOption(1, "dualpipe", split) for split in splits]
-        if "interleaved" in allowed and not interleave_batch_rule(microbatches, pp):
-            out += self._interleave_options(pp)
         engine = self.system.accelerator.efficiency.runtime.pipeline_engine
         return [
             o

@@ -37,8 +37,6 @@ from paraplan.specs.rules import (
     batch_rule,
     cp_rule,
     degree_violation,
-    dualpipe_rule,
-    interleave_batch_rule,
     pp_rule,
     recompute_violations,
     sequence_parallel_rule,
@@ -49,6 +47,12 @@ from paraplan.specs.rules import (
     vpp_rule,
 )
 from paraplan.specs.rules_moe import moe_plan_violations, moe_sequence_parallel_rule
+from paraplan.specs.rules_schedule import (
+    SCHEDULE_RULES,
+    default_schedule,
+    schedule_batch_rule,
+    schedule_vpp_rule,
+)
 from paraplan.specs.split import (
     SplitGroup,
     accounted_units,
@@ -219,14 +223,8 @@ class PlanSpec(RuntimeFields, MoEPlanFields, TPLayoutFields):
     @model_validator(mode="after")
     def _check_self(self) -> "PlanSpec":
         parse_placement(self.placement)
-        if self.schedule in ("1f1b", "gpipe", "zb-h1", "dualpipe") and self.vpp > 1:
-            raise ValueError(
-                f"schedule={self.schedule} cannot use vpp={self.vpp}; use 'interleaved'"
-            )
-        if self.schedule == "interleaved" and self.vpp == 1:
-            raise ValueError(
-                "schedule=interleaved needs vpp > 1 (model chunks per GPU); give --vpp"
-            )
+        if self.schedule is not None and (rule := schedule_vpp_rule(self.schedule, self.vpp)):
+            raise ValueError(rule)
         given = [
             n for n in ("layers_first_stage", "layers_last_stage") if getattr(self, n) is not None
         ]
@@ -248,7 +246,7 @@ class PlanSpec(RuntimeFields, MoEPlanFields, TPLayoutFields):
     def pipeline_schedule(self) -> Schedule:
         if self.schedule is not None:
             return self.schedule
-        return "interleaved" if self.vpp > 1 else "1f1b"
+        return default_schedule(self.vpp)
 
     def __repr_args__(self):
         """Short reprs: only the fields that differ from their defaults (and the required ones)."""
@@ -421,18 +419,18 @@ def _batch_and_schedule_violations(plan: PlanSpec) -> list[Violation]:
 
 
 def _schedule_violations(plan: PlanSpec, batch_ok: bool) -> list[Violation]:
-    """The schedule's rules: DualPipe's even counts, vpp with pp > 1, the interleaved schedule's
-    micro-batches a multiple of pp (``batch_ok``: the batch splits into whole micro-batches)."""
+    """The schedule's rules: vpp with pp > 1, and the micro-batch counts its entry runs
+    (specs.rules_schedule.schedule_batch_rule: DualPipe's even counts, the interleaved schedule's
+    multiple of pp), a count of 0 where the batch does not split into whole micro-batches (``batch_ok``
+    False: the interleaved schedule says nothing then, DualPipe its pipeline rule)."""
     out: list[Violation] = []
-    if plan.pipeline_schedule == "dualpipe" and (
-        rule := dualpipe_rule(plan.pp, plan.microbatches if batch_ok else 0)
-    ):
-        out.append(Violation("plan.schedule", "dualpipe", rule))
     if rule := vpp_rule(plan.pp, plan.vpp):
         out.append(Violation("plan.vpp", plan.vpp, rule))
-    if plan.pipeline_schedule == "interleaved" and batch_ok and plan.pp > 1:
-        if rule := interleave_batch_rule(plan.microbatches, plan.pp):
-            out.append(Violation("plan.global_batch", plan.global_batch, rule))
+    schedule = plan.pipeline_schedule
+    if rule := schedule_batch_rule(schedule, plan.pp, plan.microbatches if batch_ok else 0):
+        field = SCHEDULE_RULES[schedule].batch_field
+        value = schedule if field == "schedule" else getattr(plan, field)
+        out.append(Violation(f"plan.{field}", value, rule))
     return out
 
 

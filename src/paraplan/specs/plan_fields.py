@@ -9,6 +9,7 @@ from pydantic import ValidationError
 from paraplan.specs.parallel import derive_dp
 from paraplan.specs.plan import PlanSpec, plan_input_error
 from paraplan.specs.rules import min_global_batch
+from paraplan.specs.rules_schedule import SCHEDULE_RULES, default_schedule
 
 DEFAULT_SEQ_LENGTH = 2048
 DEFAULT_MICRO_BATCH = 1
@@ -30,11 +31,10 @@ def default_global_batch(fields: dict[str, Any]) -> int:
         dp = derive_dp(gpus, {k: fields.get(k) for k in ("tp", "pp", "cp")}) or 0
     if not dp or dp < 0 or micro_batch < 1:
         return max(1, micro_batch)
-    schedule = fields.get("schedule")
-    interleaved = schedule == "interleaved" or (
-        schedule is None and int(fields.get("vpp") or 1) > 1
-    )
-    return min_global_batch(dp, micro_batch, int(fields.get("pp") or 1), interleaved)
+    schedule = fields.get("schedule") or default_schedule(int(fields.get("vpp") or 1))
+    entry = SCHEDULE_RULES.get(schedule) if isinstance(schedule, str) else None
+    chunked = entry is not None and entry.chunked  # another value: the plan's validation names it
+    return min_global_batch(dp, micro_batch, int(fields.get("pp") or 1), chunked)
 
 
 def plan_from_fields(fields: dict[str, Any]) -> PlanSpec:

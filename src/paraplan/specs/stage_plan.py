@@ -48,7 +48,6 @@ from paraplan.specs.parallel import ParallelDims
 from paraplan.specs.plan import RuntimeFields
 from paraplan.specs.rules import (
     batch_rule,
-    interleave_batch_rule,
     interleave_model_rule,
     per_stage_model_rule,
     stage_cp_rule,
@@ -57,6 +56,7 @@ from paraplan.specs.rules import (
     vpp_rule,
 )
 from paraplan.specs.rules_precision import accelerators_rules
+from paraplan.specs.rules_schedule import schedule_batch_rule, schedule_vpp_rule
 from paraplan.specs.rules_stack import (
     engine_schedule_rule,
     engine_zero_rule,
@@ -181,10 +181,8 @@ class StagePlanSpec(RuntimeFields):
                 )
             if rule := batch_rule(self.global_batch, dps.pop(), self.micro_batch):
                 raise ValueError(f"global_batch={self.global_batch} {rule}")
-        if (self.schedule == "interleaved") != (self.vpp > 1):
-            raise ValueError(
-                f"schedule={self.schedule} with vpp={self.vpp}: interleaved iff vpp > 1"
-            )
+        if rule := schedule_vpp_rule(self.schedule, self.vpp):
+            raise ValueError(rule)
         if rule := engine_schedule_rule(self.engine, self.schedule, self.vpp, len(self.stages)):
             raise ValueError(rule)
         if rule := engine_zero_rule(self.engine, self.zero, len(self.stages)):
@@ -261,7 +259,7 @@ def stage_plan_violations(
     out += _coverage_violations(plan, model)
     if rule := vpp_rule(plan.pp, plan.vpp):
         out.append(Violation("plan.vpp", plan.vpp, rule))
-    elif plan.vpp > 1 and (rule := interleave_batch_rule(plan.n_microbatches, plan.pp)):
+    elif rule := schedule_batch_rule(plan.schedule, plan.pp, plan.n_microbatches):
         out.append(Violation("plan.microbatches", plan.n_microbatches, rule))
     if rule := interleave_model_rule(model, plan.vpp):
         out.append(Violation("plan.vpp", plan.vpp, rule))

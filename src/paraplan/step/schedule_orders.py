@@ -6,7 +6,7 @@ tests/unit/test_schedule_orders.py checks each order against its schedule's bubb
 
 from __future__ import annotations
 
-from paraplan.specs.rules import dualpipe_rule
+from paraplan.specs.rules import dualpipe_rule, interleave_batch_rule
 
 # A pass is (kind, micro-batch, model chunk): "F" forward, "B" backward ("B" the input-gradient part
 # alone where the schedule splits the backward, with "W" its weight-gradient part), chunk 0 .. v − 1
@@ -35,9 +35,12 @@ def interleaved_order(pp: int, vpp: int, microbatches: int, stage: int) -> list[
     """Interleaved 1F1B (m a multiple of p, specs.rules.interleave_batch_rule): model chunks taken p
     micro-batches at a time, backwards in reverse chunk order; min((p − s − 1)·2 + (v − 1)·p, m·v)
     warm-up forwards on stage s, then one forward / one backward (Megatron-LM,
-    ``forward_backward_pipelining_with_interleaving``, core_v0.14.0; Narayanan et al. 2021 §2.2.2)."""
-    if vpp <= 1 or microbatches % pp:
+    ``forward_backward_pipelining_with_interleaving``, core_v0.14.0; Narayanan et al. 2021 §2.2.2).
+    vpp = 1 runs 1F1B's order; ValueError for a micro-batch count the rule refuses (no silent 1F1B)."""
+    if vpp <= 1:
         return one_f_one_b_order(pp, 1, microbatches, stage)
+    if rule := interleave_batch_rule(microbatches, pp):
+        raise ValueError(rule)
     total = microbatches * vpp
     warm = min((pp - stage - 1) * 2 + (vpp - 1) * pp, total)
 

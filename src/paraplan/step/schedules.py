@@ -17,7 +17,8 @@ With unequal stages the slowest stage sets the steady state and the fill and dra
 every other stage: T − S replaces (p − 1)·W (``bubble_from_work_s``).
 
 A new schedule is one entry of SCHEDULES (its functions below it, each with its source). Around the
-entry: its name in specs.plan.Schedule (the plan field, with its rules), the GridKnobs flag the entry
+entry: its name in specs.plan.Schedule (the plan field) and its plan rules in specs.rules_schedule.SCHEDULE_RULES
+(``PipelineSchedule.rules``: vpp, micro-batch counts), the GridKnobs flag the entry
 names, and its options in search.space.schedule_options; tests/unit/test_schedules.py checks that
 these agree with the registry and that the table of docs/architecture.md is ``markdown_table()``.
 Every function works on floats and on numpy arrays (one element per candidate plan), except the
@@ -34,6 +35,7 @@ from types import MappingProxyType
 from typing import Any, Callable, NamedTuple
 
 from paraplan.cost.elementwise import any_true, is_array, maximum, minimum, where
+from paraplan.specs.rules_schedule import SCHEDULE_RULES, ScheduleRules
 from paraplan.step.dualpipe import overlapped_pairs
 from paraplan.step.inputs import backward_s, forward_s
 from paraplan.step.schedule_orders import (  # noqa: F401 (route_*: re-exported for the timeline)
@@ -116,6 +118,12 @@ class PipelineSchedule:
     # (pp, vpp, microbatches, stage) → where in ``order`` its overlapped forward-backward pairs start
     # (an F, B and W run as one: DualPipe's ``dualpipe_pairs``); None: no pairs
     pairs: Callable[[int, int, int, int], list] | None = None
+
+    @property
+    def rules(self) -> ScheduleRules:
+        """Its plan rules (vpp > 1 or not, the micro-batch counts it runs): its entry of
+        specs.rules_schedule.SCHEDULE_RULES (specs, below step, holds them for the plan checks)."""
+        return SCHEDULE_RULES[self.name]
 
 
 # ---- bubbles ------------------------------------------------------------------------------------

@@ -1,0 +1,80 @@
+"""Each pipeline schedule's plan rules in one entry of :data:`SCHEDULE_RULES` (issue 31: a new schedule is one
+entry here and one in step.schedules.SCHEDULES, whose entries read theirs from here: ``PipelineSchedule.rules``).
+
+An entry says whether the schedule runs vpp > 1 model chunks per GPU (``chunked``: the interleaved schedule needs
+them, every other takes vpp = 1) and which micro-batch counts it runs (``batch_rule``, one of specs.rules'). The
+uniform plan (specs.plan), the per-stage plan (specs.stage_plan), the smallest batch a plan accepts
+(specs.plan_fields), the search's schedule options (search.grid_axes) and the interleaved instruction order
+(step.schedule_orders) all ask these entries, never a schedule's name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Callable
+
+from paraplan.specs.choices import Schedule
+from paraplan.specs.rules import dualpipe_rule, interleave_batch_rule
+
+
+def _any_count(pp: int, microbatches: int) -> str | None:
+    """GPipe, 1F1B and ZB-H1 run any micro-batch count."""
+    return None
+
+
+def _interleave_count(pp: int, microbatches: int) -> str | None:
+    """specs.rules.interleave_batch_rule, in the entries' argument order."""
+    return interleave_batch_rule(microbatches, pp)
+
+
+@dataclass(frozen=True)
+class ScheduleRules:
+    """One schedule's plan rules."""
+
+    name: Schedule
+    # runs vpp > 1 model chunks per GPU, and needs them (Megatron-LM's interleaved schedule); False: vpp = 1
+    chunked: bool
+    # (pp, micro-batches) → what the count breaks, or None (each a rule of specs.rules)
+    batch_rule: Callable[[int, int], str | None]
+    # the plan field a uniform plan's check blames for a count the rule refuses: "schedule" where the rule
+    # also constrains pp (DualPipe), "global_batch" where the batch sets the count alone
+    batch_field: str = "global_batch"
+
+
+SCHEDULE_RULES: MappingProxyType[str, ScheduleRules] = MappingProxyType(
+    {
+        r.name: r
+        for r in (
+            ScheduleRules("1f1b", False, _any_count),
+            ScheduleRules("interleaved", True, _interleave_count),
+            ScheduleRules("gpipe", False, _any_count),
+            ScheduleRules("zb-h1", False, _any_count),
+            ScheduleRules("dualpipe", False, dualpipe_rule, "schedule"),
+        )
+    }
+)
+DEFAULT_SCHEDULE: Schedule = (
+    "1f1b"  # the schedule of a plan without pipeline stages, and of vpp = 1
+)
+CHUNKED_SCHEDULE: Schedule = next(r.name for r in SCHEDULE_RULES.values() if r.chunked)
+
+
+def default_schedule(vpp: int) -> Schedule:
+    """The schedule a plan that names none runs: the chunked one with vpp > 1, else the default."""
+    return CHUNKED_SCHEDULE if vpp > 1 else DEFAULT_SCHEDULE
+
+
+def schedule_vpp_rule(schedule: str, vpp: int) -> str | None:
+    """A chunked schedule needs vpp > 1 model chunks per GPU; every other runs one (vpp = 1)."""
+    if SCHEDULE_RULES[schedule].chunked:
+        if vpp == 1:
+            return f"schedule={schedule} needs vpp > 1 (model chunks per GPU); give --vpp"
+    elif vpp > 1:
+        return f"schedule={schedule} cannot use vpp={vpp}; use {CHUNKED_SCHEDULE!r}"
+    return None
+
+
+def schedule_batch_rule(schedule: str, pp: int, microbatches: int) -> str | None:
+    """What ``microbatches`` per step on ``pp`` stages break under ``schedule`` (its entry's ``batch_rule``)."""
+    return SCHEDULE_RULES[schedule].batch_rule(pp, microbatches)
