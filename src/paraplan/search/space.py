@@ -48,9 +48,11 @@ from paraplan.specs.rules import (
     cp_rule,
     grid_rules,
     layout_model_rule,
+    local_sequence_rule,
     pp_rule,
     sequence_parallel_rule,
     tp_rules,
+    tp_rules_text,
     ulysses_rule,
 )
 from paraplan.specs.rules_moe import (
@@ -209,9 +211,15 @@ class SearchProblem(GridAxes):
                 if v
             ]
             within = f" within {' '.join(restricted)}" if restricted else ""
+            refused = [
+                f"tp={tp} {' and '.join(rules)}"
+                for tp in self.tp or ()
+                if (rules := tp_rules(self.model, tp))
+            ]
+            tp_why = "; ".join(refused) if refused else tp_rules_text(self.model)
             raise InputError(
                 f"gpus: {self.gpus} cannot be split as tp·pp·cp·dp for {self.model.name}{within} "
-                f"(tp must divide heads={self.model.heads} and kv_heads={self.model.n_kv_heads}, pp <= layers={self.model.layers})"
+                f"({tp_why}; pp <= layers={self.model.layers})"
             )
         self._check_expert_axes(factorizations)
         min_dp = min(f.dp for f in factorizations)
@@ -306,7 +314,11 @@ class SearchProblem(GridAxes):
         if "1d" in self.tp_layouts and one_d_ok:
             out.append(("1d", None))
         if "2d" in self.tp_layouts and tp >= 4:
-            out += [("2d", r) for r in self.grids(tp) if (self.seq_length // cp) % r == 0]
+            out += [
+                ("2d", r)
+                for r in self.grids(tp)
+                if not local_sequence_rule(self.seq_length, cp, r, "tp_rows")
+            ]
         if "2d-seq" in self.tp_layouts and cp > 1 and one_d_ok:
             out.append(("2d-seq", None))
         return [

@@ -96,6 +96,11 @@ def tp_rules(model: ModelSpec, tp: int) -> list[str]:
     return out
 
 
+def tp_rules_text(model: ModelSpec) -> str:
+    """tp_rules as one sentence naming no tp (search.space's "cannot be split" message)."""
+    return f"tp must divide heads={model.heads}, kv_heads={model.n_kv_heads} and ffn_hidden={model.ffn_hidden}"
+
+
 def pool_slice_rule(gpus: int, tp: int, cp: int = 1) -> str | None:
     """A stage's GPUs from one pool hold whole tensor-parallel groups (a TP group stays in one pool), and with
     cp > 1 whole tp·cp blocks (a CP group, cp ranks tp apart, stays in one pool: step.stage_links.cp_span)."""
@@ -104,10 +109,18 @@ def pool_slice_rule(gpus: int, tp: int, cp: int = 1) -> str | None:
     return f"must be a multiple of tp={tp} (a TP group stays in one pool)" if gpus % tp else None
 
 
+def local_sequence_rule(seq_length: int, cp: int, ways: int, name: str) -> str | None:
+    """Each context-parallel rank's s/cp tokens split into ``ways`` equal parts (``name`` the degree that
+    splits them: tp under sequence parallelism, a 2D grid's tp_rows)."""
+    if (seq_length // cp) % ways:
+        return f"seq_length/cp must be divisible by {name}={ways}"
+    return None
+
+
 def sequence_parallel_rule(seq_length: int, cp: int, tp: int) -> str | None:
-    """Sequence parallelism splits each rank's s/cp tokens over tp."""
-    if (seq_length // cp) % tp:
-        return f"seq_length/cp must be divisible by tp={tp} with sequence_parallel"
+    """Sequence parallelism splits each rank's s/cp tokens over tp (local_sequence_rule)."""
+    if rule := local_sequence_rule(seq_length, cp, tp, "tp"):
+        return f"{rule} with sequence_parallel"
     return None
 
 
@@ -151,8 +164,7 @@ def grid_rules(
         for dim, name in ((h, "hidden"), (f, "ffn_hidden"), (model.q_width, "heads·head_dim"))
         if dim % rows
     ]
-    if (seq_length // cp) % rows:
-        rule = f"seq_length/cp must be divisible by tp_rows={rows}"
+    if rule := local_sequence_rule(seq_length, cp, rows, "tp_rows"):
         out.append(("plan.seq_length", seq_length, rule))
     if (panels := panel_count(rows, cols, summa_panels)) > min(h, f):
         out.append(("plan.summa_panels", panels, f"must not exceed hidden={h} and ffn_hidden={f}"))
