@@ -36,7 +36,7 @@ from paraplan.specs.parallel import (
 from paraplan.specs.rules import (
     batch_rule,
     cp_rule,
-    degree_violation,
+    degree_rule,
     pp_rule,
     recompute_violations,
     sequence_parallel_rule,
@@ -369,8 +369,8 @@ def plan_violations(plan: PlanSpec, model: ModelSpec) -> list[Violation]:
     (the rules: specs/rules.py)."""
     dims = plan.dims
     out: list[Violation] = []
-    if plan.dp == 0 or dims.world != plan.gpus:
-        out.append(degree_violation(plan.gpus, dims))
+    if broken := degree_rule(plan.gpus, dims):
+        out.append(broken)
     if plan.tp_layout != "2d":  # a 2D grid needs whole heads per column only (rules.grid_rules)
         out += [Violation("plan.tp", plan.tp, rule) for rule in tp_rules(model, plan.tp)]
     out += tp_layout_violations(model, plan)
@@ -397,8 +397,8 @@ def plan_only_violations(plan: PlanSpec) -> list[Violation]:
     micro-batches, sequence parallelism splits the sequence, the schedule's rules."""
     dims = plan.dims
     out: list[Violation] = []
-    if plan.dp == 0 or dims.world != plan.gpus:
-        out.append(degree_violation(plan.gpus, dims))
+    if broken := degree_rule(plan.gpus, dims):
+        out.append(broken)
     if rule := cp_rule(plan.seq_length, plan.cp):
         out.append(Violation("plan.seq_length", plan.seq_length, rule))
     return out + _batch_and_schedule_violations(plan)

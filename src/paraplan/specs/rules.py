@@ -42,6 +42,12 @@ def degree_violation(gpus: int, dims: ParallelDims) -> Violation:
     return Violation("plan.gpus", gpus, f"must equal tp·pp·dp·cp = {dims.tp}·{dims.pp}·?·{dims.cp}")
 
 
+def degree_rule(gpus: int, dims: ParallelDims) -> Violation | None:
+    """tp·cp·dp·pp must be ``gpus`` (dp = 0: not given; degree_violation names the degree at fault): the
+    uniform plan checks (specs.plan, specs.uniform_stages) and search.staged.hetero's degrees ask it."""
+    return None if dims.dp and dims.world == gpus else degree_violation(gpus, dims)
+
+
 def stage_degree_rule(gpus: int, tp: int, dp: int, cp: int = 1) -> str | None:
     """A stage of a per-stage plan runs tp·cp·dp GPUs (dp = 0: gpus / (tp·cp), which tp·cp must divide)."""
     names, product = ("tp", f"{tp}") if cp == 1 else ("tp·cp", f"{tp}·{cp}"), tp * cp

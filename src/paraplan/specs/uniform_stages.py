@@ -15,7 +15,7 @@ from paraplan.specs.model import ModelSpec
 from paraplan.specs.plan import RUNTIME_FIELDS, PlanSpec, runtime_fields_of
 from paraplan.specs.rules import (
     batch_rule,
-    degree_violation,
+    degree_rule,
     pp_rule,
     sequence_parallel_rule,
     stage_cp_rule,
@@ -117,8 +117,8 @@ def uniform_plan_violations(plan: PlanSpec, model: ModelSpec) -> list[Violation]
     out = unsupported_field_violations(plan)
     if rule := interleave_model_rule(model, plan.vpp):
         out.append(Violation("plan.vpp", plan.vpp, rule))
-    if plan.dp == 0 or plan.tp * plan.pp * plan.dp * plan.cp != plan.gpus:
-        out.append(degree_violation(plan.gpus, plan.dims))
+    if broken := degree_rule(plan.gpus, plan.dims):
+        out.append(broken)
     out += [Violation("plan.tp", plan.tp, rule) for rule in tp_rules(model, plan.tp)]
     if rule := stage_cp_rule(model, plan.cp, plan.cp):  # an encoder-decoder's stages: cp 1
         out.append(Violation("plan.cp", plan.cp, rule))

@@ -44,7 +44,13 @@ from paraplan.search.staged.splits import best_splits
 from paraplan.specs.cluster import ClusterSpec
 from paraplan.specs.parallel import ParallelDims
 from paraplan.specs.recompute import stage_fields
-from paraplan.specs.rules import batch_rule, stage_degree_rule, stage_rules, tp_rules
+from paraplan.specs.rules import (
+    batch_rule,
+    degree_rule,
+    stage_degree_rule,
+    stage_rules,
+    tp_rules,
+)
 from paraplan.specs.stage_plan import StagePlanSpec, stage_plan_from_dict
 from paraplan.step.blocks import model_blocks
 from paraplan.step.per_stage import StageSetting
@@ -178,7 +184,7 @@ class UniformDegrees(NamedTuple):
 
 
 def _degrees(problem: HeteroProblem) -> Iterator[UniformDegrees]:
-    """Degrees with tp·dp·pp = all GPUs, tp a power of two inside a node that divides them
+    """Degrees with tp·dp·pp = all GPUs (specs.rules.degree_rule), tp a power of two inside a node that divides them
     (specs.rules.stage_degree_rule, the stages' rule: each stage of a uniform split holds a share of the
     GPUs that tp divides too) and keeps the tp rules (specs.rules.tp_rules), pp a depth the pipeline
     runtime takes the ZeRO stage at (depth_allowed), and the micro-batch sizes that split the batch
@@ -195,11 +201,11 @@ def _degrees(problem: HeteroProblem) -> Iterator[UniformDegrees]:
         ):
             continue
         for pp in range(1, min(gpus // tp, n_blocks) + 1):
-            if (gpus // tp) % pp or (problem.pps and pp not in problem.pps):
+            dims = ParallelDims(tp=tp, dp=gpus // tp // pp, pp=pp)
+            if degree_rule(gpus, dims) or (problem.pps and pp not in problem.pps):
                 continue
             if not depth_allowed(problem, pp):
                 continue
-            dims = ParallelDims(tp=tp, dp=gpus // tp // pp, pp=pp)
             if batch_rule(batch, dims.dp, 1):
                 continue
             for mb in problem.micro_batches or _powers_of_two(batch // dims.dp):
