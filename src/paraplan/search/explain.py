@@ -18,6 +18,7 @@ from paraplan.search.space import SearchProblem
 from paraplan.specs.errors import InputError
 from paraplan.specs.plan import PlanSpec
 from paraplan.specs.recompute import mode_of, plan_fields
+from paraplan.specs.rules import even_share
 from paraplan.units import GiB
 
 _COMPONENTS = {part.name: part.label for part in BREAKDOWN_PARTS}
@@ -46,9 +47,9 @@ def _neighbours(problem: SearchProblem, plan: PlanSpec) -> list[tuple[str, str, 
         higher = [v for v in values if v > current]
         for v in ([lower[-1]] if lower else []) + ([higher[0]] if higher else []):
             rest = plan.tp * plan.pp * plan.cp // current * v
-            if problem.gpus % rest:
+            if not (dp := even_share(problem.gpus, rest)):  # the other degrees split the GPUs
                 continue
-            change = {knob: v, "dp": problem.gpus // rest, "vpp": 1, "schedule": None}
+            change = {knob: v, "dp": dp, "vpp": 1, "schedule": None}
             out.append((knob, f"{current} → {v}", change))
     for mb in (plan.micro_batch // 2, plan.micro_batch * 2):
         if mb >= 1:

@@ -23,7 +23,7 @@ from paraplan.search.options import (
 )
 from paraplan.specs.moe_model import moe_shaped
 from paraplan.specs.plan import Schedule
-from paraplan.specs.rules import interleave_split_rule, offload_rule
+from paraplan.specs.rules import interleave_split_rule, offload_rule, even_share
 from paraplan.specs.rules_schedule import DEFAULT_SCHEDULE, SCHEDULE_RULES
 from paraplan.specs.rules_stack import engine_schedule_rule, engine_zero_rule
 from paraplan.specs.split import (
@@ -61,9 +61,8 @@ class GridAxes:
         --max-global-batch every micro-batch up to max/dp that is a power of two or divides it,
         with the batch rounded down to a multiple of dp·micro_batch (Calculon's rule)."""
         if self.global_batch is not None:
-            if self.global_batch % dp:
-                return []
-            options = _divisors(self.global_batch // dp)
+            # the micro-batches specs.rules.batch_rule allows: the divisors of the samples per replica
+            options = _divisors(even_share(self.global_batch, dp))
             pairs = [BatchOption(mb, self.global_batch) for mb in options]
         else:
             top = self.max_global_batch // dp

@@ -243,10 +243,18 @@ def batch_rule(
 ) -> str | None:
     """The global batch splits into whole micro-batches on each of dp replicas: dp·split must divide it,
     ``split`` the samples per micro-batch (uniform plans) or the micro-batch count (``microbatches``, a
-    per-stage plan, whose stages differ in dp and so in samples per micro-batch)."""
-    if global_batch % (dp * split):
+    per-stage plan, whose stages differ in dp and so in samples per micro-batch): it must divide the
+    samples per replica (``even_share``; the search enumerates the divisors of that)."""
+    per_replica = even_share(global_batch, dp)
+    if not per_replica or per_replica % split:
         return f"must be a multiple of dp·{split_name} = {dp}·{split}"
     return None
+
+
+def even_share(total: int, parts: int) -> int:
+    """total/parts when ``parts`` divides ``total``, else 0: the samples per data-parallel replica (batch_rule:
+    no split at 0), the GPUs of each of pp equal stages (search.staged under search.launch.restricted)."""
+    return 0 if total % parts else total // parts
 
 
 def min_global_batch(dp: int, micro_batch: int, pp: int, interleaved: bool) -> int:

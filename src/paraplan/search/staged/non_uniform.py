@@ -49,7 +49,7 @@ from paraplan.search.staged.uniform_seed import uniform_seeds
 from paraplan.specs.errors import InputError
 from paraplan.specs.parallel import ParallelDims
 from paraplan.specs.recompute import stage_fields
-from paraplan.specs.rules import stage_degree_rule
+from paraplan.specs.rules import even_share, stage_degree_rule
 from paraplan.specs.stage_plan import StagePlanSpec, stage_block_ranges
 from paraplan.step.blocks import model_blocks
 from paraplan.step.per_stage import StageSetting, estimate_stage_plan
@@ -106,9 +106,9 @@ def _stage_choices(problem: HeteroProblem, pp: int, modes: tuple[str, ...]):
     stages with one option repeated, the rest being refused one by one otherwise."""
     n = problem.cluster.gpus
     if launch.restricted(problem.framework):
-        if n % pp == 0:
-            for option in _stage_options(n // pp, modes):
-                yield (n // pp,) * pp, (option,) * pp
+        if gpus := even_share(n, pp):  # equal stages: pp divides the GPUs
+            for option in _stage_options(gpus, modes):
+                yield (gpus,) * pp, (option,) * pp
         return
     for comp in _compositions(n, pp):
         for choice in itertools.product(*(_stage_options(g, modes) for g in comp)):
@@ -133,7 +133,9 @@ def non_uniform_space_size(
     n, modes = problem.cluster.gpus, len(searched_modes(problem))
     if launch.restricted(problem.framework):
         equal = [
-            n // p for p in range(1, max_stages + 1) if n % p == 0 and depth_allowed(problem, p)
+            g
+            for p in range(1, max_stages + 1)
+            if (g := even_share(n, p)) and depth_allowed(problem, p)
         ]
         return sum(modes * len(_stage_tps(g)) for g in equal) * len(microbatch_counts)
     ways = [1] + [0] * n  # ways[s]: weighted lists of p stages on s GPUs; p = 0 to start
@@ -173,7 +175,7 @@ def search_non_uniform(
         )
     t0 = time.perf_counter()
     batch = problem.global_batch
-    counts = sorted({batch // k for k in _powers_of_two(batch) if batch % k == 0})
+    counts = sorted({m for k in _powers_of_two(batch) if (m := even_share(batch, k))})
     max_stages = min(max_stages, problem.cluster.gpus, len(model_blocks(problem.model)))
     space = non_uniform_space_size(problem, max_stages, counts)
     if space <= exact_limit:
