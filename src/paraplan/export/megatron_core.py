@@ -21,7 +21,12 @@ from paraplan.export.common import (
 from paraplan.graph.ops import POLICY_MODULES
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.plan import PlanSpec
-from paraplan.specs.rules import interleave_split_rule, megatron_fsdp_rule, megatron_overlap_rule
+from paraplan.specs.rules import (
+    even_share,
+    interleave_split_rule,
+    megatron_fsdp_rule,
+    megatron_overlap_rule,
+)
 from paraplan.specs.split import (
     accounted_units,
     chunks_in_model_order,  # noqa: F401 (re-exported)
@@ -332,10 +337,10 @@ def split_flag_counts(plan: PlanSpec, layers: int) -> list[int] | None:
             counts[-1] = last
         return counts
     e, l = int(plan.embedding_as_layer), int(plan.loss_as_layer)
-    units = layers + e + l
-    if units % pp or (units // pp) % plan.vpp:  # transformer_config.py lines 1085-1116
+    per_stage = even_share(layers + e + l, pp)  # transformer_config.py lines 1085-1116
+    if not per_stage or not even_share(per_stage, plan.vpp):
         return None
-    counts = [units // pp] * pp
+    counts = [per_stage] * pp
     counts[0] -= e
     counts[-1] -= l
     return counts
@@ -383,11 +388,10 @@ def stage_layers_from_layout(layout: str, pp: int) -> tuple[tuple[int, ...], int
     text = _expand(r"\(([^)]+)\)\*(\d+)", text)
     text = _expand(r"(.)\*(\d+)", text)
     chunks = text.split("|")
-    if len(chunks) % pp:
+    if not (vpp := even_share(len(chunks), pp)):
         raise ExportRefused(
             f"megatron: {LAYOUT_FLAG} has {len(chunks)} chunks, not a multiple of pp={pp}"
         )
-    vpp = len(chunks) // pp
     if set(text) - set("EtmL|"):
         raise ExportRefused(
             f"megatron: {LAYOUT_FLAG} {layout!r} holds layers other than E, t, m, L; no plan field"

@@ -29,7 +29,7 @@ from __future__ import annotations
 from paraplan.export.common import ExportRefused
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.plan import PlanSpec
-from paraplan.specs.rules import model_parts_rule
+from paraplan.specs.rules import even_share, model_parts_rule
 from paraplan.specs.split import (
     accounted_units,
     model_part_layers,
@@ -136,7 +136,7 @@ def read_parts(parts: object, pp: int, model: ModelSpec | None) -> dict[str, obj
         isinstance(p, list) and all(isinstance(n, str) for n in p) for p in parts
     ):
         raise ExportRefused(f"{where} must be a list of lists of module names")
-    if not parts or len(parts) % pp:
+    if not parts or not even_share(len(parts), pp):
         raise ExportRefused(f"{where}: {len(parts)} parts do not divide over pp={pp} ranks")
     if not all(parts):
         raise ExportRefused(f"{where}: a model part without modules has no paraplan plan")
