@@ -14,6 +14,19 @@ from paraplan.specs.rules import dualpipe_rule, interleave_batch_rule
 Pass = tuple[str, int, int]
 
 
+def one_f_one_b_warmup(pp, stage):
+    """Forwards stage s of 1F1B runs before its first backward, p − s − 1 (Narayanan et al. 2021 §2.2.1), before
+    the cap at m; one more is in flight at its peak (step.schedules.one_f_one_b_in_flight). Floats or arrays."""
+    return pp - stage - 1
+
+
+def interleaved_warmup(pp, vpp, stage):
+    """Model chunks stage s of the interleaved schedule runs forward before its first backward, 2·(p − s − 1) +
+    (v − 1)·p (Megatron-LM's num_warmup_microbatches, core_v0.14.0; Korthikanti et al. 2022 §4.3), before the cap
+    at m·v; one more is in flight at its peak (step.schedules' interleaved in-flight count). Floats or arrays."""
+    return (pp - stage - 1) * 2 + (vpp - 1) * pp
+
+
 def gpipe_order(pp: int, vpp: int, microbatches: int, stage: int) -> list[Pass]:
     """GPipe: every forward, then every backward (Huang et al. 2019 §2.3)."""
     m = microbatches
@@ -24,7 +37,7 @@ def one_f_one_b_order(pp: int, vpp: int, microbatches: int, stage: int) -> list[
     """1F1B: min(p − s − 1, m) warm-up forwards on stage s, then one forward / one backward, then the
     remaining backwards (Narayanan et al. 2021 §2.2.1, Fig. 4 top)."""
     m = microbatches
-    warm = min(pp - stage - 1, m)
+    warm = min(one_f_one_b_warmup(pp, stage), m)
     order = [("F", i, 0) for i in range(warm)]
     for i in range(m - warm):
         order += [("F", warm + i, 0), ("B", i, 0)]
@@ -42,7 +55,7 @@ def interleaved_order(pp: int, vpp: int, microbatches: int, stage: int) -> list[
     if rule := interleave_batch_rule(microbatches, pp):
         raise ValueError(rule)
     total = microbatches * vpp
-    warm = min((pp - stage - 1) * 2 + (vpp - 1) * pp, total)
+    warm = min(interleaved_warmup(pp, vpp, stage), total)
 
     def ident(k: int, backward: bool) -> tuple[int, int]:
         chunk = (k // pp) % vpp

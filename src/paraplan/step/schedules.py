@@ -44,7 +44,9 @@ from paraplan.step.schedule_orders import (  # noqa: F401 (route_*: re-exported 
     dualpipe_pairs,
     gpipe_order,
     interleaved_order,
+    interleaved_warmup,
     one_f_one_b_order,
+    one_f_one_b_warmup,
     route_length,
     route_position,
     zb_h1_order,
@@ -221,8 +223,9 @@ def _dualpipe_bubble_s(work: PipelineWork) -> Num:
 
 def one_f_one_b_in_flight(pp, vpp, microbatches, stage):
     """1F1B and ZB-H1: stage i holds min(p − i, m) micro-batches at its peak (Narayanan et al. 2021
-    §2.2.1: p − i warm-up forwards; Qi et al. 2023 §3.1: ZB-H1 keeps 1F1B's peak)."""
-    return minimum(pp - stage, microbatches)
+    §2.2.1: p − i − 1 warm-up forwards, one_f_one_b_warmup, and the steady state's one; Qi et al. 2023
+    §3.1: ZB-H1 keeps 1F1B's peak)."""
+    return minimum(one_f_one_b_warmup(pp, stage) + 1, microbatches)
 
 
 def _gpipe_in_flight(pp, vpp, microbatches, stage):
@@ -232,9 +235,9 @@ def _gpipe_in_flight(pp, vpp, microbatches, stage):
 
 def _interleaved_in_flight(pp, vpp, microbatches, stage):
     """Interleaved 1F1B, in units of a whole stage: Megatron-LM's warm-up of 2·(p − i − 1) + (v − 1)·p + 1
-    model chunks of 1/v stage each (num_warmup_microbatches of the interleaved schedule, + the one in
+    model chunks of 1/v stage each (num_warmup_microbatches, interleaved_warmup, + the one in
     its steady state), capped at m·v; on stage 0, p·(1 + (p − 1)/(p·v)) (Korthikanti et al. 2022 §4.3)."""
-    return minimum(2 * (pp - stage - 1) + (vpp - 1) * pp + 1, microbatches * vpp) / vpp
+    return minimum(interleaved_warmup(pp, vpp, stage) + 1, microbatches * vpp) / vpp
 
 
 def _dualpipe_in_flight(pp, vpp, microbatches, stage):
