@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from paraplan.graph.weight_params import layer_param_parts
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.moe_model import (
     attention_widths,
@@ -25,11 +26,9 @@ from paraplan.specs.moe_model import (
 
 
 def matmul_params(model: ModelSpec) -> float:
-    """Parameters that take part in matrix multiplies: L·(h·(q+2kv) + q·h + p·h·f + f·h) + V·h (LM head);
-    biases add no matrix-multiply FLOPs."""
-    h, f, p = model.hidden, model.ffn_hidden, model.mlp_input_projections
-    per_layer = h * (model.q_width + 2 * model.kv_width) + model.q_width * h + p * h * f + f * h
-    return model.layers * per_layer + model.vocab * h
+    """Parameters that take part in matrix multiplies: L·(h·(q+2kv) + q·h + p·h·f + f·h) + V·h (LM head),
+    the layer's matrices those of graph.weight_params.layer_param_parts; biases add no matrix-multiply FLOPs."""
+    return model.layers * layer_param_parts(model).matrices + model.vocab * model.hidden
 
 
 def attention_layer_flops_per_token(
