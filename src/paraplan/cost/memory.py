@@ -30,6 +30,7 @@ from paraplan.graph.losses import FP32, loss_impl
 from paraplan.graph.megatron_softmax import scores_family
 from paraplan.graph.mla import attention_output_bytes
 from paraplan.graph.ops import activation_kernel
+from paraplan.graph.tp_collectives import gathered_kv_bytes
 from paraplan.graph.transformer import ACTIVATION_BYTES, LayerShape, mlp_intermediate_bytes
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.system import QUANTISED_INPUT_BYTES
@@ -404,12 +405,6 @@ def layout_buffer_bytes(model: ModelSpec, shape: LayerShape) -> float:
     """Working buffer of a 2D tensor-parallel layout beside the kept activations (graph/summa.py): the
     all-gathered K and V the fused kernel reads — 2d: the grid column's T tokens, ab·T·2·kv_width/c;
     2d-seq: the whole sequence, ab·b·s·2·kv_width/t (NERSC model FusedLASeqp's gathered K/V); 0 for 1d.
-    SUMMA's panel buffers ((T/r + f/c)·e/nb elements per linear) are left out: below 1/nb of a block."""
-    if shape.tp_layout == "2d":
-        cols = shape.tp // shape.tp_rows
-        return shape.act_bytes * shape.local_tokens * 2 * model.kv_width / cols
-    if shape.tp_layout == "2d-seq" and shape.cp > 1:
-        return (
-            shape.act_bytes * shape.micro_batch * shape.seq_length * 2 * model.kv_width / shape.tp
-        )
-    return 0.0
+    SUMMA's panel buffers ((T/r + f/c)·e/nb elements per linear) are left out: below 1/nb of a block.
+    The gathered bytes: graph.transformer.gathered_kv_bytes, which the layouts' collectives move."""
+    return gathered_kv_bytes(model, shape)

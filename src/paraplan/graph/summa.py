@@ -42,9 +42,9 @@ from paraplan.graph.transformer import (
     _memory,
     _norm_flops,
     attention_ops,
-    kv_gather_collectives,
     query_key_ops,
 )
+from paraplan.graph.tp_collectives import gathered_kv_bytes, kv_gather_collectives
 from paraplan.specs.model import ModelSpec
 
 
@@ -181,7 +181,7 @@ def decoder_layer_2d(model: ModelSpec, shape: LayerShape) -> LayerGraph:
     collectives.append(
         Collective("norm_statistics_all_reduce", "tp_row", "all_reduce", stats, 2, 2)
     )
-    kv = float(ab * tokens * 2 * model.kv_width / cols)  # the column's K and V of all T tokens
+    kv = float(gathered_kv_bytes(model, shape))  # the column's K and V of all T tokens
     collectives += kv_gather_collectives("tp_col", kv, rows)
     if shape.cp > 1:  # the grid column's K and V, passed around the cp ring
         collectives.append(cp_kv_ring(model, shape, tokens, split=cols))

@@ -1,5 +1,6 @@
 """The tensor-parallel collectives of a dense decoder (or encoder) layer's 1D layout, and the bytes per element
-its sequence-parallel all-gathers move (graph.transformer builds the layer's ops around them)."""
+its sequence-parallel all-gathers move (graph.transformer builds the layer's ops around them); the K/V
+all-gathers of the 2D layouts (graph.summa, graph.transformer's 2d-seq exchange) and the bytes they gather."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from paraplan.graph.ops import Collective
 
 if TYPE_CHECKING:
     from paraplan.graph.transformer import LayerShape
+    from paraplan.specs.model import ModelSpec
 
 
 def tp_gather_bytes(shape: LayerShape, ab: int) -> int:
@@ -75,3 +77,30 @@ def tp_collectives(
             name("tp_grad_all_reduce"), "tp", "all_reduce", size, 0, calls, overlaps_with="wgrad"
         ),
     ]
+
+
+def kv_gather_collectives(group: str, kv_bytes: float, members: int) -> list[Collective]:
+    """All-gather K/V before the fused kernel (forward, and again in backward) and reduce-scatter dK/dV
+    after it (NERSC model ``FusedLASeqp``); ``kv_bytes`` the gathered (full) buffer, nccl-tests'
+    all-gather convention. Nothing hides them: the kernel needs the gathered K/V."""
+    if members <= 1:
+        return []
+    return [
+        Collective(f"{group}_kv_all_gather", group, "all_gather", kv_bytes, 1, 1),
+        Collective(f"{group}_dkv_reduce_scatter", group, "reduce_scatter", kv_bytes, 0, 1),
+    ]
+
+
+def gathered_kv_bytes(model: ModelSpec, shape: LayerShape) -> float:
+    """The K and V a 2D tensor-parallel layout all-gathers for the fused kernel (NERSC model FusedLASeqp), one
+    rule for the collectives and the working buffer (cost.memory.layout_buffer_bytes): 2d, the grid column's
+    T = b·s/cp tokens, ab·T·2·kv_width/c (graph.summa); 2d-seq with cp > 1, all s tokens for the tp rank's
+    heads, ab·b·s·2·kv_width/t (graph.transformer.context_gather_collectives); 0 otherwise."""
+    if shape.tp_layout == "2d":
+        cols = shape.tp // shape.tp_rows
+        return shape.act_bytes * shape.local_tokens * 2 * model.kv_width / cols
+    if shape.tp_layout == "2d-seq" and shape.cp > 1:
+        return (
+            shape.act_bytes * shape.micro_batch * shape.seq_length * 2 * model.kv_width / shape.tp
+        )
+    return 0.0

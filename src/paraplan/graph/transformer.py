@@ -19,7 +19,7 @@ from paraplan.graph.cp_ring import cp_kv_ring, ring_merge_ops
 from paraplan.graph.losses import loss_impl
 from paraplan.graph.megatron_eager import eager_layer_ops
 from paraplan.graph.megatron_softmax import scores_family
-from paraplan.graph.tp_collectives import tp_collectives
+from paraplan.graph.tp_collectives import gathered_kv_bytes, kv_gather_collectives, tp_collectives
 from paraplan.graph.ops import OP_SAC, separate_projections
 from paraplan.graph.xla_modules import FP32_LOGITS, ONE_HOT_GEMM, SEPARATE_PROJECTIONS
 from paraplan.graph.xla_modules import fp32_logits_op, one_hot_embedding_op
@@ -475,22 +475,7 @@ def mlp_intermediate_bytes(model: ModelSpec, shape: LayerShape) -> float:
     return shape.act_bytes * model.mlp_input_projections + shape.gemm_input_bytes
 
 
-def kv_gather_collectives(group: str, kv_bytes: float, members: int) -> list[Collective]:
-    """All-gather K/V before the fused kernel (forward, and again in backward) and reduce-scatter dK/dV
-    after it (NERSC model ``FusedLASeqp``); ``kv_bytes`` the gathered (full) buffer, nccl-tests'
-    all-gather convention. Nothing hides them: the kernel needs the gathered K/V."""
-    if members <= 1:
-        return []
-    return [
-        Collective(f"{group}_kv_all_gather", group, "all_gather", kv_bytes, 1, 1),
-        Collective(f"{group}_dkv_reduce_scatter", group, "reduce_scatter", kv_bytes, 0, 1),
-    ]
-
-
 def context_gather_collectives(model: ModelSpec, shape: LayerShape) -> list[Collective]:
     """2d-seq's exchange over cp (module docstring): K and V of all s tokens for the tp rank's heads,
-    b·s·2·kv_width/t elements gathered; replaces the ring (decoder_layer_1d)."""
-    kv = float(
-        shape.act_bytes * shape.micro_batch * shape.seq_length * 2 * model.kv_width / shape.tp
-    )
-    return kv_gather_collectives("cp", kv, shape.cp)
+    b·s·2·kv_width/t elements gathered (gathered_kv_bytes); replaces the ring (decoder_layer_1d)."""
+    return kv_gather_collectives("cp", float(gathered_kv_bytes(model, shape)), shape.cp)
