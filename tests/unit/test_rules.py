@@ -54,6 +54,20 @@ def test_degree_violation_blames_the_first_degree_that_cannot_split(gpus, dims, 
     assert violation.field == field and text in violation.rule
 
 
+def test_degree_rule():
+    assert rules.degree_rule(8, ParallelDims(tp=2, dp=4)) is None
+    assert rules.degree_rule(8, ParallelDims(tp=2, dp=2)).field == "plan.dp"
+    assert rules.degree_rule(8, ParallelDims(tp=2, dp=0)).field == "plan.gpus"  # dp not given
+    assert (
+        rules.degree_rule(12, ParallelDims(tp=2, dp=1, pp=4)).field == "plan.pp"
+    )  # 2·4 does not split 12
+
+
+def test_even_share():
+    assert rules.even_share(64, 8) == 8 and rules.even_share(64, 64) == 1
+    assert rules.even_share(64, 6) == 0 and rules.even_share(3, 4) == 0
+
+
 def test_stage_degree_rule():
     assert rules.stage_degree_rule(8, 2, 4) is None and rules.stage_degree_rule(8, 2, 0) is None
     assert "must equal the stage's GPUs = 8" in rules.stage_degree_rule(8, 2, 2)
@@ -69,6 +83,24 @@ def test_tp_divides_heads_kv_heads_and_ffn_hidden():
     assert rules.tp_rules(odd, 4) == ["must divide ffn_hidden=8190"]
 
 
+def test_tp_rules_text_names_every_dimension_tp_rules_checks():
+    assert rules.tp_rules_text(GQA) == "tp must divide heads=32, kv_heads=8 and ffn_hidden=8192"
+
+
+def test_the_search_names_the_tp_rule_that_refuses_its_tp():
+    """The search's "cannot be split" message gives tp_rules' own words for the --tp it was given (issue 31: it
+    named heads and kv_heads only, while ffn_hidden refused the tp)."""
+    from paraplan.catalog import load_system
+    from paraplan.search.setup import search_problem
+    from paraplan.specs.errors import InputError
+
+    odd = GQA.model_copy(update={"ffn_hidden": 8190, "name": "odd-ffn"})
+    args = (odd, load_system("dgx-h100-80gb"), 8)
+    problem = search_problem(*args, seq_length=2048, global_batch=16, tp=(4,), pp=(1,), cp=(1,))
+    with pytest.raises(InputError, match=r"\(tp=4 must divide ffn_hidden=8190; pp <= layers=16\)"):
+        problem.check()
+
+
 def test_pool_slice_rule():
     assert rules.pool_slice_rule(4, 2) is None
     assert "TP group stays in one pool" in rules.pool_slice_rule(3, 2)
@@ -78,6 +110,17 @@ def test_sequence_parallel_rule():
     assert rules.sequence_parallel_rule(2048, 2, 8) is None
     assert "tp=3" in rules.sequence_parallel_rule(2048, 1, 3)
     assert rules.sequence_parallel_rule(20, 2, 4) is not None  # 10 tokens per cp rank over 4
+
+
+def test_local_sequence_rule():
+    assert rules.local_sequence_rule(2048, 2, 4, "tp_rows") is None
+    assert (
+        rules.local_sequence_rule(2046, 1, 4, "tp_rows")
+        == "seq_length/cp must be divisible by tp_rows=4"
+    )
+    assert rules.sequence_parallel_rule(2046, 1, 4) == (
+        "seq_length/cp must be divisible by tp=4 with sequence_parallel"
+    )
 
 
 def test_layout_model_rule():
@@ -324,11 +367,39 @@ def _functions_and_divisibility(path: Path):
     return names, mods
 
 
+# Degrees and counts a plan rule divides (issue 31: micro-batches % pp in the instruction order, global_batch % dp
+# and (gpus // tp) % pp in the searches, (seq_length // cp) % rows in the layouts, n % p twice in the per-stage
+# search); the layer split's remainder and an instruction order's pass indices are arithmetic, not rules.
+DEGREES = {"pp", "dp", "cp", "vpp", "tp_rows", "p"}
+COUNTS = ("microbatch", "global_batch", "seq_length")
+ARITHMETIC = {
+    "specs/split.py: units % pp",  # the default split's remainder (specs.split.default_first_last)
+    "step/schedule_orders.py: k // pp % vpp",  # pass k's model chunk
+    "step/schedule_orders.py: k % pp",  # pass k's micro-batch
+    "search/divisors.py: n % p",  # trial division
+}
+
+
+def _degree_divisibility(path: Path) -> list[str]:
+    """``x % d`` with d a plan degree (DEGREES) or x naming a plan count (COUNTS), unparsed."""
+    return [
+        ast.unparse(n)
+        for n in ast.walk(ast.parse(path.read_text()))
+        if isinstance(n, ast.BinOp)
+        and isinstance(n.op, ast.Mod)
+        and (
+            getattr(n.right, "id", getattr(n.right, "attr", None)) in DEGREES
+            or any(word in ast.unparse(n.left) for word in COUNTS)
+        )
+    ]
+
+
 def test_plan_rules_live_in_specs_rules_only():
     """No module but the rule modules (specs/rules.py, specs/rules_*.py) defines a ``*_rule`` /
     ``*_rules`` function, and none tests heads, kv_heads or ffn_hidden for divisibility (the model's own
     heads % kv_heads check is specs.model's), nor any count for divisibility by tp (issue 31: the
-    per-stage searches wrote "tp divides the stage's GPUs" inline three times)."""
+    per-stage searches wrote "tp divides the stage's GPUs" inline three times), nor by another degree, nor
+    a micro-batch count, batch or sequence for divisibility (_degree_divisibility, ARITHMETIC aside)."""
     homes = {ROOT / "specs" / "rules.py", *(ROOT / "specs").glob("rules_*.py")}
     elsewhere = []
     for path in ROOT.rglob("*.py"):
@@ -338,6 +409,8 @@ def test_plan_rules_live_in_specs_rules_only():
         rel = path.relative_to(ROOT).as_posix()
         elsewhere += [f"{rel}:{n}" for n in names if n.endswith(("_rule", "_rules"))]
         elsewhere += [f"{rel}: {a} % ..." for a in mods if rel != "specs/model.py"]
+        found = (f"{rel}: {expr}" for expr in _degree_divisibility(path))
+        elsewhere += [f for f in found if f not in ARITHMETIC]
     assert elsewhere == []
 
 

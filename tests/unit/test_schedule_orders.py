@@ -8,6 +8,7 @@ from collections import Counter
 
 import pytest
 
+from paraplan.step.schedule_orders import interleaved_warmup, one_f_one_b_warmup
 from paraplan.step.schedules import (
     SCHEDULES,
     schedule_order,
@@ -75,3 +76,21 @@ def test_zb_h1_placed_takes_its_bubble(pp, m, f, b, w):
     work = f + b + w
     share = zb_h1_bubble_share(f, b + w, w, zb_h1_w_credit(pp, m))
     assert max(x["end"] for x in bars) == pytest.approx(m * work + (pp - 1) * work * share)
+
+
+def test_warmups_by_hand():
+    """The warm-up forwards of stage s (issue 31: one function each, which the orders and the in-flight counts
+    read): 1F1B p − s − 1; interleaved 2·(p − s − 1) + (v − 1)·p chunks (Megatron-LM's num_warmup_microbatches)."""
+    assert [one_f_one_b_warmup(4, s) for s in range(4)] == [3, 2, 1, 0]
+    assert [interleaved_warmup(4, 2, s) for s in range(4)] == [10, 8, 6, 4]
+    first = schedule_order("interleaved", 4, 2, 8)[0]
+    assert [kind for kind, _, _ in first[:11]] == ["F"] * 10 + [
+        "F"
+    ]  # 10 warm-up, then 1F1B's F then B
+    assert first[11][0] == "B"
+
+
+def test_interleaved_order_refuses_a_count_the_rule_refuses():
+    """No silent 1F1B: m not a multiple of p is refused with specs.rules.interleave_batch_rule's words."""
+    with pytest.raises(ValueError, match=r"micro-batches \(6\) to be a multiple of pp=4"):
+        schedule_order("interleaved", 4, 2, 6)
