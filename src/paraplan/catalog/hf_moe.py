@@ -91,25 +91,6 @@ def moe_family(data: dict) -> str | None:
     return None
 
 
-MOE_KEYS = (
-    "num_local_experts",
-    "num_experts",
-    "n_routed_experts",
-    "moe_intermediate_size",
-    "num_experts_per_tok",
-)
-
-
-def refuse_other_moe(data: dict, field: str) -> None:
-    """An MoE config of a family this module does not read is refused (never read as dense)."""
-    keys = [k for k in MOE_KEYS if data.get(k)]
-    if keys:
-        raise InputError(
-            f"{field}.{keys[0]}: a mixture-of-experts config of model_type {data.get('model_type')!r} is not supported; "
-            f"allowed MoE families: {', '.join(MOE_TYPES)} (or describe the model with paraplan's own fields)"
-        )
-
-
 _KINDS = {
     "tie_word_embeddings": bool,
     "no_rope_layers": list,
