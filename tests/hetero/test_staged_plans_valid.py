@@ -3,7 +3,9 @@
 propose a plan that specs.stage_plan.stage_plan_violations, the estimator's own check, refuses.
 
 Random small problems, deterministic (hypothesis with derandomize): models with fewer key/value heads than
-query heads (GQA, MQA), clusters of one or two pools, some pools using part of their nodes' GPUs."""
+query heads (GQA, MQA) and MLP widths tp may not divide (specs.rules.tp_rules' ffn_hidden part), clusters of
+one or two pools, some pools using part of their nodes' GPUs, each framework's launcher (or none), sequence
+parallelism on or off over sequences tp may not divide (specs.rules.sequence_parallel_rule)."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from hypothesis import strategies as st
 from paraplan.search.staged.hetero import HeteroProblem, search_cluster
 from paraplan.search.staged.alleviate import StageConfig
 from paraplan.search.staged.hetero import searched_modes
+from paraplan.search.staged.problem import under_profile
 from paraplan.search.staged.non_uniform import (
     _compositions,
     _stage_choices,
@@ -24,7 +27,9 @@ from paraplan.search.staged.non_uniform import (
     non_uniform_space_size,
     search_non_uniform,
 )
+from paraplan.catalog import load_framework
 from paraplan.catalog.clusters import cluster_from_dict
+from paraplan.specs.errors import InputError
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.recompute import stage_fields
 from paraplan.specs.stage_plan import stage_plan_violations
@@ -41,17 +46,20 @@ CHECK = settings(
 
 @st.composite
 def models(draw) -> ModelSpec:
-    """A small decoder with heads a multiple of kv_heads; kv_heads often below the tp a node allows."""
+    """A small decoder with heads a multiple of kv_heads; kv_heads often below the tp a node allows; an MLP
+    width of 4h or 3h, or 4h + 2 or 4h + 6, which tp 4 and 8 do not divide (the ffn_hidden part of tp_rules)."""
     kv_heads = draw(st.sampled_from((1, 2, 4)))
     heads = kv_heads * draw(st.sampled_from((2, 4, 8)))
     head_dim = draw(st.sampled_from((32, 64)))
+    hidden = heads * head_dim
+    ffn_hidden = draw(st.sampled_from((4 * hidden, 3 * hidden, 4 * hidden + 2, 4 * hidden + 6)))
     return ModelSpec(
-        name=f"gqa-{heads}q{kv_heads}kv",
+        name=f"gqa-{heads}q{kv_heads}kv-f{ffn_hidden}",
         layers=draw(st.integers(2, 6)),
-        hidden=heads * head_dim,
+        hidden=hidden,
         heads=heads,
         kv_heads=kv_heads,
-        ffn_hidden=4 * heads * head_dim,
+        ffn_hidden=ffn_hidden,
         vocab=4096,
         max_position=1024,
     )
@@ -70,40 +78,66 @@ def pools(draw, count: int) -> list[dict]:
     return out
 
 
-def _problem(model, pool_list, batch_log2: int) -> HeteroProblem:
+# the launchers (None: no framework's) and (sequence parallelism, sequence length): 100 tokens split over tp 4,
+# not 8; 90 over tp 2 only
+FRAMEWORKS = (None, "megatron-core", "torchtitan", "deepspeed")
+SEQUENCES = ((False, 256), (True, 256), (True, 100), (True, 90))
+stacks = st.tuples(st.sampled_from(FRAMEWORKS), st.sampled_from(SEQUENCES))
+
+
+def _problem(model, pool_list, batch_log2: int, stack=(None, (False, 256))) -> HeteroProblem | None:
+    """The problem as the command reads it (under the framework's profile: search.staged.problem.under_profile);
+    None where it refuses the problem by name (a dtype the pool's GPUs or the launcher lack, say)."""
+    framework, (sequence_parallel, seq_length) = stack
     cluster = cluster_from_dict({"pools": pool_list})
-    return HeteroProblem(model, cluster, global_batch=2**batch_log2, seq_length=256)
+    given = {"global_batch": 2**batch_log2, "seq_length": seq_length}
+    # attention None: the kernel the pools' GPUs run (--attention stated, as on V100 / T4 a user must)
+    given |= {"sequence_parallel": sequence_parallel, "attention": None}
+    if framework is not None:
+        cluster, given = under_profile(load_framework(framework), cluster, given)
+    try:
+        return HeteroProblem(model, cluster, **given)
+    except InputError as refused:
+        assert ": " in str(refused)  # field: what is not allowed
+        return None
 
 
-def _assert_valid(problem: HeteroProblem, result) -> None:
-    for candidate in result.plans:
+def _assert_valid(problem: HeteroProblem | None, search) -> None:
+    """Every plan ``search(problem)`` returns passes the per-stage check (nothing to check on a refused problem)."""
+    if problem is None:
+        return
+    for candidate in search(problem).plans:
         broken = stage_plan_violations(candidate.plan, problem.model, problem.cluster)
         assert not broken, (candidate.label, [str(v) for v in broken])
 
 
 @CHECK
-@given(models(), st.integers(1, 2).flatmap(pools), st.integers(2, 5))
-def test_search_cluster_plans_pass_the_stage_plan_check(model, pool_list, batch_log2):
-    problem = _problem(model, pool_list, batch_log2)
-    _assert_valid(problem, search_cluster(problem, top_k=3))
+@given(models(), st.integers(1, 2).flatmap(pools), st.integers(2, 5), stacks)
+def test_search_cluster_plans_pass_the_stage_plan_check(model, pool_list, batch_log2, stack):
+    problem = _problem(model, pool_list, batch_log2, stack)
+    _assert_valid(problem, lambda p: search_cluster(p, top_k=3))
 
 
 @CHECK
-@given(models(), pools(2), st.integers(2, 5))
-def test_two_pool_cluster_plans_pass_the_stage_plan_check(model, pool_list, batch_log2):
+@given(models(), pools(2), st.integers(2, 5), stacks)
+def test_two_pool_cluster_plans_pass_the_stage_plan_check(model, pool_list, batch_log2, stack):
     """Two pools every time (the draw above settles on one pool for most examples): stages on either pool
     and on both GPU types, each checked as the estimator checks it."""
-    problem = _problem(model, pool_list, batch_log2)
-    _assert_valid(problem, search_cluster(problem, top_k=3))
+    problem = _problem(model, pool_list, batch_log2, stack)
+    _assert_valid(problem, lambda p: search_cluster(p, top_k=3))
 
 
 @CHECK
-@given(models(), pools(1), st.integers(2, 5), st.sampled_from((0, 3000)))
-def test_search_non_uniform_plans_pass_the_stage_plan_check(model, pool_list, batch_log2, exact):
+@given(models(), pools(1), st.integers(2, 5), st.sampled_from((0, 3000)), stacks)
+def test_search_non_uniform_plans_pass_the_stage_plan_check(
+    model, pool_list, batch_log2, exact, stack
+):
     """exact_limit 0 forces the alleviation path, 3000 (the default) lets small spaces be enumerated."""
-    problem = _problem(model, pool_list, batch_log2)
-    result = search_non_uniform(problem, top_k=3, exact_limit=exact, time_budget_s=0.5)
-    _assert_valid(problem, result)
+    problem = _problem(model, pool_list, batch_log2, stack)
+    _assert_valid(
+        problem,
+        lambda p: search_non_uniform(p, top_k=3, exact_limit=exact, time_budget_s=0.5),
+    )
 
 
 # ---- the non-uniform space, counted without listing it ------------------------------------------
