@@ -85,6 +85,10 @@ def test_tp_divides_heads_kv_heads_and_ffn_hidden():
 
 def test_tp_rules_text_names_every_dimension_tp_rules_checks():
     assert rules.tp_rules_text(GQA) == "tp must divide heads=32, kv_heads=8 and ffn_hidden=8192"
+    assert rules.tp_rules_text(GQA, (3, 8)) == (
+        "tp=3 must divide heads=32 and must divide ffn_hidden=8192"
+    )
+    assert rules.tp_rules_text(GQA, (8,)) == rules.tp_rules_text(GQA)  # none refused: the sentence
 
 
 def test_the_search_names_the_tp_rule_that_refuses_its_tp():
@@ -369,7 +373,7 @@ def _functions_and_divisibility(path: Path):
 
 # Degrees and counts a plan rule divides (issue 31: micro-batches % pp in the instruction order, global_batch % dp
 # and (gpus // tp) % pp in the searches, (seq_length // cp) % rows in the layouts, n % p twice in the per-stage
-# search); the layer split's remainder and an instruction order's pass indices are arithmetic, not rules.
+# search); the layer split's remainder, an instruction order's pass indices and a rank's CP index are arithmetic.
 DEGREES = {"pp", "dp", "cp", "vpp", "tp_rows", "p"}
 COUNTS = ("microbatch", "global_batch", "seq_length")
 ARITHMETIC = {
@@ -377,6 +381,7 @@ ARITHMETIC = {
     "step/schedule_orders.py: k // pp % vpp",  # pass k's model chunk
     "step/schedule_orders.py: k % pp",  # pass k's micro-batch
     "search/divisors.py: n % p",  # trial division
+    "step/stage_links.py: r % cp",  # rank r's CP index
 }
 
 

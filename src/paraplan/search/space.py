@@ -211,15 +211,9 @@ class SearchProblem(GridAxes):
                 if v
             ]
             within = f" within {' '.join(restricted)}" if restricted else ""
-            refused = [
-                f"tp={tp} {' and '.join(rules)}"
-                for tp in self.tp or ()
-                if (rules := tp_rules(self.model, tp))
-            ]
-            tp_why = "; ".join(refused) if refused else tp_rules_text(self.model)
             raise InputError(
                 f"gpus: {self.gpus} cannot be split as tp·pp·cp·dp for {self.model.name}{within} "
-                f"({tp_why}; pp <= layers={self.model.layers})"
+                f"({tp_rules_text(self.model, self.tp or ())}; pp <= layers={self.model.layers})"
             )
         self._check_expert_axes(factorizations)
         min_dp = min(f.dp for f in factorizations)

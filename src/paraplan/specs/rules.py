@@ -1,4 +1,5 @@
-"""Every plan rule, each written once (issue 31); those of the expert knobs in specs.rules_moe.
+"""Every plan rule, each written once (issue 31); those of the expert knobs in specs.rules_moe, the pipeline
+schedules' in specs.rules_schedule.
 
 A rule names what a value breaks, as a sentence (``str``), or returns None (or an empty list) when the
 value is allowed. The checks of both plan kinds read them: specs.plan.plan_violations (uniform plans),
@@ -17,6 +18,12 @@ from paraplan.specs.errors import Violation
 from paraplan.specs.moe_model import moe_shaped
 from paraplan.specs.parallel import ParallelDims
 from paraplan.specs.recompute import POLICIES
+from paraplan.specs.rules_schedule import (  # noqa: F401 (the pipeline schedules' rules, named here too)
+    dualpipe_rule,
+    interleave_batch_rule,
+    min_global_batch,
+    vpp_rule,
+)
 from paraplan.specs.split import SplitGroup, chunk_units, model_part_layers
 from paraplan.specs.tp_layout import default_rows, grid_shape, panel_count
 
@@ -102,9 +109,11 @@ def tp_rules(model: ModelSpec, tp: int) -> list[str]:
     return out
 
 
-def tp_rules_text(model: ModelSpec) -> str:
-    """tp_rules as one sentence naming no tp (search.space's "cannot be split" message)."""
-    return f"tp must divide heads={model.heads}, kv_heads={model.n_kv_heads} and ffn_hidden={model.ffn_hidden}"
+def tp_rules_text(model: ModelSpec, tps=()) -> str:
+    """tp_rules' words for each of ``tps`` they refuse, else as one sentence naming no tp (search.space)."""
+    refused = [f"tp={tp} {' and '.join(rules)}" for tp in tps if (rules := tp_rules(model, tp))]
+    whole = f"tp must divide heads={model.heads}, kv_heads={model.n_kv_heads} and ffn_hidden={model.ffn_hidden}"
+    return "; ".join(refused) or whole
 
 
 def pool_slice_rule(gpus: int, tp: int, cp: int = 1) -> str | None:
@@ -257,43 +266,11 @@ def even_share(total: int, parts: int) -> int:
     return 0 if total % parts else total // parts
 
 
-def min_global_batch(dp: int, micro_batch: int, pp: int, interleaved: bool) -> int:
-    """Smallest global batch a plan accepts: dp·micro_batch, times pp when interleaved (interleave_batch_rule)."""
-    return dp * micro_batch * (pp if interleaved and pp > 1 else 1)
-
-
-def dualpipe_rule(pp: int, microbatches: int) -> str | None:
-    """DualPipe feeds micro-batches from both ends of a pipeline of stage pairs (DeepSeek-V3 §3.2.1):
-    pp even, an even micro-batch count m >= 2·pp, as ``DualPipe.step`` asserts (deepseek-ai/DualPipe
-    dualpipe/dualpipe.py:332-333 at 3da1bbe: num_ranks % 2 == 0, num_chunks % 2 == 0 and
-    num_chunks >= num_ranks * 2; num_ranks the pipeline group's size, num_chunks m)."""
-    if pp % 2 or microbatches % 2 or microbatches < 2 * pp:
-        return (
-            f"needs an even pp and an even micro-batch count of at least 2·pp = {2 * pp} "
-            f"(got pp={pp}, micro-batches={microbatches})"
-        )
-    return None
-
-
-def vpp_rule(pp: int, vpp: int) -> str | None:
-    """Virtual pipeline stages (vpp > 1) interleave chunks of a pipeline: they need pp > 1."""
-    return "needs pp > 1" if vpp > 1 and pp == 1 else None
-
-
 def interleave_model_rule(model: ModelSpec, vpp: int) -> str | None:
     """Megatron-LM interleaves no encoder-decoder (schedules.py, forward_backward_pipelining_with_interleaving:
     "Interleaving is not supported with an encoder and decoder model.")."""
     if vpp > 1 and model.architecture == "encoder_decoder":
         return "no interleaved schedule for encoder-decoder models (vpp must be 1)"
-    return None
-
-
-def interleave_batch_rule(microbatches: int, pp: int) -> str | None:
-    """Megatron-LM's interleaved schedule needs the micro-batch count to be a multiple of pp."""
-    if microbatches % pp:
-        return (
-            f"interleaved schedule needs micro-batches ({microbatches}) to be a multiple of pp={pp}"
-        )
     return None
 
 

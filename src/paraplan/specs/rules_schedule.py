@@ -1,8 +1,9 @@
-"""Each pipeline schedule's plan rules in one entry of :data:`SCHEDULE_RULES` (issue 31: a new schedule is one
-entry here and one in step.schedules.SCHEDULES, whose entries read theirs from here: ``PipelineSchedule.rules``).
+"""The pipeline schedules' plan rules (specs.rules names them too), and each schedule's in one entry of
+:data:`SCHEDULE_RULES` (issue 31: a new schedule is one entry here and one in step.schedules.SCHEDULES, whose
+entries read theirs from here: ``PipelineSchedule.rules``).
 
 An entry says whether the schedule runs vpp > 1 model chunks per GPU (``chunked``: the interleaved schedule needs
-them, every other takes vpp = 1) and which micro-batch counts it runs (``batch_rule``, one of specs.rules'). The
+them, every other takes vpp = 1) and which micro-batch counts it runs (``batch_rule``, one of the rules below). The
 uniform plan (specs.plan), the per-stage plan (specs.stage_plan), the smallest batch a plan accepts
 (specs.plan_fields), the search's schedule options (search.grid_axes) and the interleaved instruction order
 (step.schedule_orders) all ask these entries, never a schedule's name.
@@ -15,7 +16,38 @@ from types import MappingProxyType
 from typing import Callable
 
 from paraplan.specs.choices import Schedule
-from paraplan.specs.rules import dualpipe_rule, interleave_batch_rule
+
+
+def min_global_batch(dp: int, micro_batch: int, pp: int, interleaved: bool) -> int:
+    """Smallest global batch a plan accepts: dp·micro_batch, times pp when interleaved (interleave_batch_rule)."""
+    return dp * micro_batch * (pp if interleaved and pp > 1 else 1)
+
+
+def dualpipe_rule(pp: int, microbatches: int) -> str | None:
+    """DualPipe feeds micro-batches from both ends of a pipeline of stage pairs (DeepSeek-V3 §3.2.1):
+    pp even, an even micro-batch count m >= 2·pp, as ``DualPipe.step`` asserts (deepseek-ai/DualPipe
+    dualpipe/dualpipe.py:332-333 at 3da1bbe: num_ranks % 2 == 0, num_chunks % 2 == 0 and
+    num_chunks >= num_ranks * 2; num_ranks the pipeline group's size, num_chunks m)."""
+    if pp % 2 or microbatches % 2 or microbatches < 2 * pp:
+        return (
+            f"needs an even pp and an even micro-batch count of at least 2·pp = {2 * pp} "
+            f"(got pp={pp}, micro-batches={microbatches})"
+        )
+    return None
+
+
+def vpp_rule(pp: int, vpp: int) -> str | None:
+    """Virtual pipeline stages (vpp > 1) interleave chunks of a pipeline: they need pp > 1."""
+    return "needs pp > 1" if vpp > 1 and pp == 1 else None
+
+
+def interleave_batch_rule(microbatches: int, pp: int) -> str | None:
+    """Megatron-LM's interleaved schedule needs the micro-batch count to be a multiple of pp."""
+    if microbatches % pp:
+        return (
+            f"interleaved schedule needs micro-batches ({microbatches}) to be a multiple of pp={pp}"
+        )
+    return None
 
 
 def _any_count(pp: int, microbatches: int) -> str | None:
