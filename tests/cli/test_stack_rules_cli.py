@@ -51,7 +51,6 @@ def test_search_under_deepspeeds_pipeline_engine_returns_1f1b_rows_only(cli):
         ("hf-transformers-fsdp", ["--tp", "2"], "plan.tp: 2"),
         ("hf-transformers-deepspeed", ["--pp", "2"], "plan.pp: 2"),
         ("pytorch-compile", ["--tp", "2", "--sequence-parallel"], "plan.sequence_parallel: True"),
-        ("pytorch-eager", [], "plan.dp: 8"),
     ],
 )
 def test_estimate_refuses_parallelism_the_stacks_loop_does_not_run(cli, framework, extra, field):
@@ -73,12 +72,14 @@ def test_search_under_a_trainer_or_plain_loop_proposes_only_what_it_runs(cli, fr
         assert all(p["tp"] == 1 and p["cp"] == 1 and not p["sequence_parallel"] for p in plans)
 
 
-def test_a_one_device_loop_refuses_more_than_one_gpu_in_the_search(cli):
-    """pytorch-eager's loop is one process on one device (parallelism []): the uniform search refuses
-    --gpus 8 in one line naming the field, the value and what is allowed (specs.rules_stack.stack_gpus_rule)."""
-    line = one_line_error(cli("search", *GPT, "--framework", "pytorch-eager"))
+@pytest.mark.parametrize("command", ["search", "estimate"])
+def test_a_one_device_loop_refuses_more_than_one_gpu(cli, command):
+    """pytorch-eager's loop is one process on one device (parallelism []): the uniform search and the
+    estimate refuse --gpus 8 in one line naming the field the user gave, the value and what is allowed
+    (specs.rules_stack.stack_gpus_rule; the estimate asks it before the kinds, stack_rules)."""
+    line = one_line_error(cli(command, *GPT, "--framework", "pytorch-eager"))
     assert "gpus: 8 is not allowed" in line and "runs on one device" in line, line
-    assert "allowed: 1" in line
+    assert "allowed: 1" in line and "plan.dp" not in line
     one = [
         "--model",
         "gpt3-1.3b",
@@ -90,4 +91,15 @@ def test_a_one_device_loop_refuses_more_than_one_gpu_in_the_search(cli):
         "8",
     ]
     code, _, err = cli("search", *one, "--framework", "pytorch-eager", "--top", "3")
+    assert code == 0, err
+
+
+@pytest.mark.parametrize("framework", ["deepspeed", "megatron-deepspeed"])
+def test_deepspeed_refuses_ring_context_parallelism_in_the_estimate(cli, framework):
+    """DeepSpeed has no ring CP (specs.rules.deepspeed_cp_rule): --cp 2 with --cp-algorithm ring is
+    refused in one line; the profiles' own all-to-all (DeepSpeed-Ulysses) is priced."""
+    argv = [*GPT, "--framework", framework, "--cp", "2"]
+    line = one_line_error(cli("estimate", *argv, "--cp-algorithm", "ring"))
+    assert "plan.cp: 2 is not allowed; DeepSpeed has no ring context parallelism" in line, line
+    code, _, err = cli("estimate", *argv)
     assert code == 0, err

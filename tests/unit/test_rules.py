@@ -461,6 +461,8 @@ def test_deepspeed_cp_rule():
     assert rules.deepspeed_cp_rule(1) is None
     ring = "DeepSpeed has no ring context parallelism (Ulysses is head-parallel all-to-all)"
     assert rules.deepspeed_cp_rule(2) == ring
+    assert rules.deepspeed_cp_rule(2, "ring") == ring
+    assert rules.deepspeed_cp_rule(2, "all-to-all") is None  # Ulysses: DeepSpeed's own
 
 
 def test_launcher_expert_rules():

@@ -481,12 +481,17 @@ def megatron_overlap_rule(
     return None
 
 
-def deepspeed_cp_rule(cp: int) -> str | None:
+def deepspeed_cp_rule(cp: int, cp_algorithm: str = "ring") -> str | None:
     """DeepSpeed has no ring context parallelism: its sequence parallelism, DeepSpeed-Ulysses
     (deepspeed/sequence/layer.py DistributedAttention; Jacobs et al. 2023, arXiv:2309.14509), is an
-    all-to-all over heads, another scheme (catalog/frameworks/deepspeed.yaml cp_algorithm): cp = 1.
-    The exporter (export.deepspeed) and the search (search.launch.degrees_allowed) both ask it."""
-    if cp > 1:
+    all-to-all over heads, another scheme (catalog/frameworks/deepspeed.yaml cp_algorithm): a plan on
+    DeepSpeed with cp > 1 and ``cp_algorithm`` ring is refused. The uniform estimate (a profile whose
+    pipeline_engine is deepspeed: step.estimate._system_violations) and the per-stage check (plan.engine
+    deepspeed: specs.stage_plan.stage_plan_violations) ask it with the plan's cp_algorithm, so Ulysses
+    (the DeepSpeed profiles' all-to-all) stays priced; the exporter (export.deepspeed) and the search's
+    launcher (search.launch.degrees_allowed) write no Ulysses setting (--ds-sequence-parallel-size), so
+    they ask it as ring (the default): cp = 1 there."""
+    if cp > 1 and cp_algorithm == "ring":
         return "DeepSpeed has no ring context parallelism (Ulysses is head-parallel all-to-all)"
     return None
 

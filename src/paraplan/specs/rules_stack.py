@@ -75,12 +75,14 @@ def stack_parallelism_rules(
     dims: ParallelDims,
     sequence_parallel: bool = False,
     overlap_tp_comm: bool = False,
+    whose: str = "its framework profile's",
 ) -> list[Rule]:
     """(field, value, rule) for every parallel kind the plan uses that the stack's training loop does not run
     (``runs``: efficiency.runtime.parallelism, the framework profile's, each entry cited there): dp > 1, tp > 1,
     sequence parallelism and TP comm overlap (used only where tp > 1: over one GPU they split nothing), pp > 1,
     cp > 1, ep > 1. A loop that runs none (a profile stating ``parallelism: []``) runs one process on one
-    device. Empty where the stack runs them all."""
+    device. Empty where the stack runs them all. ``whose``: where ``runs`` is stated, as the refusal names
+    it (a per-stage plan's engine_stack: specs.stage_plan.STACK_FACTS)."""
     if set(runs) >= set(PARALLELISMS):
         return []
     used = {
@@ -98,7 +100,7 @@ def stack_parallelism_rules(
     for kind, field, what in _KINDS:
         if used[kind] and kind not in runs:
             allowed = "false" if kind in ("sp", "tp_overlap") else "1"
-            why = f"the stack's training loop runs no {what} (its framework profile's parallelism: {stated})"
+            why = f"the stack's training loop runs no {what} ({whose} parallelism: {stated})"
             out.append((f"plan.{field}", values.get(kind, True), f"{why}; allowed: {allowed}"))
     return out
 
@@ -115,6 +117,15 @@ def stack_gpus_rule(runs: tuple[str, ...], gpus: int) -> str | None:
             f"{_stated(runs)}); allowed: 1"
         )
     return None
+
+
+def stack_rules(runs: tuple[str, ...], gpus: int, plan) -> list[Rule]:
+    """The uniform estimate's stack check (step.estimate): a one-device loop refuses the ``gpus`` the
+    user gave (stack_gpus_rule, as the searches name it), else each parallel kind of ``plan`` (a
+    specs.plan.PlanSpec) the loop does not run (stack_parallelism_rules)."""
+    if rule := stack_gpus_rule(runs, gpus):
+        return [("gpus", gpus, rule)]
+    return stack_parallelism_rules(runs, plan.dims, plan.sequence_parallel, plan.overlap_tp_comm)
 
 
 def _stated(runs: tuple[str, ...]) -> str:

@@ -35,7 +35,7 @@ File form (YAML or JSON; ``paraplan estimate --plan FILE`` recognises it by its 
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from pydantic import Field, ValidationError, model_validator
@@ -48,6 +48,7 @@ from paraplan.specs.parallel import ParallelDims
 from paraplan.specs.plan import RuntimeFields
 from paraplan.specs.rules import (
     batch_rule,
+    deepspeed_cp_rule,
     interleave_model_rule,
     per_stage_model_rule,
     stage_cp_rule,
@@ -119,9 +120,27 @@ class StageSpec(InputModel):
         return ParallelDims(tp=self.tp, cp=self.cp, dp=self.data_parallel)
 
 
-# the pipeline engine each training stack a per-stage plan may state ran on
-# (StagePlanSpec.engine_stack; its rules: step.engines.ENGINE_STACKS)
-STACK_ENGINES = {"amp2022": "deepspeed"}
+@dataclass(frozen=True)
+class StackFacts:
+    """What a training stack a per-stage plan may state ran (StagePlanSpec.engine_stack): the pipeline
+    engine it ran on, the dtypes it trained in and the parallel kinds its loop runs (specs.runtime.
+    PARALLELISMS names); the rules and calibrated constants it sets on its engine are
+    step.engines.ENGINE_STACKS's. specs.stage_plan.stage_engine_stack_violations checks them."""
+
+    engine: str
+    dtypes: tuple[str, ...]
+    parallelism: tuple[str, ...]
+
+
+# amp2022: AMP's trials (Li et al. 2022, arXiv:2210.07297; DachengLi1/AMP @ 72eeea4, which vendors
+# the sources it ran) ran Megatron-LM v1.1.5's GPT-2 pipe model on DeepSpeed's PipelineEngine in fp16
+# (DeepSpeed's FP16 optimizer, runtime/fp16/fused_optimizer.py; the fp16 constants of
+# step.engines.ENGINE_STACKS["amp2022"]: 6 B gradients, 2 B tied gradients), over data, tensor (mpu)
+# and pipeline parallelism only: v1.1.5 has no sequence parallelism (Megatron-LM's came with
+# Korthikanti et al. 2022), no context or expert parallelism and no TP comm-GEMM overlap.
+STACK_FACTS = {"amp2022": StackFacts("deepspeed", ("fp16",), ("dp", "tp", "pp"))}
+# the pipeline engine each training stack ran on
+STACK_ENGINES = {name: facts.engine for name, facts in STACK_FACTS.items()}
 
 
 class StagePlanSpec(RuntimeFields):
@@ -256,6 +275,8 @@ def stage_plan_violations(
     for i, s in enumerate(plan.stages):
         if rule := stage_cp_rule(model, s.cp, plan.stages[0].cp):
             out.append(Violation(f"plan.stages.{i}.cp", s.cp, rule))
+        elif plan.engine == "deepspeed" and (rule := deepspeed_cp_rule(s.cp, plan.cp_algorithm)):
+            out.append(Violation(f"plan.stages.{i}.cp", s.cp, rule))
     out += _coverage_violations(plan, model)
     if rule := vpp_rule(plan.pp, plan.vpp):
         out.append(Violation("plan.vpp", plan.vpp, rule))
@@ -292,6 +313,7 @@ def stage_plan_violations(
             out.append(Violation(f"plan.stages.{i}.recompute_ops", ops, rule))
     out += stage_accelerator_violations(plan, [pools[name] for name in taken if name in pools])
     out += stage_stack_violations(plan, [pools[name] for name in taken if name in pools])
+    out += stage_engine_stack_violations(plan)
     for name, count in taken.items():
         if name in pools and count > pools[name].gpu_count:
             rule = f"GPUs taken exceed the pool's {pools[name].gpu_count}"
@@ -320,6 +342,33 @@ def stage_stack_violations(plan: StagePlanSpec, pools) -> list[Violation]:
             ):
                 if (v := Violation(*rule)) not in out:
                     out.append(v)
+    return out
+
+
+def stage_engine_stack_violations(plan: StagePlanSpec) -> list[Violation]:
+    """The dtype and parallel kinds the plan uses that the training stack it states
+    (plan.engine_stack, STACK_FACTS) did not run: one violation per field naming the stack's allowed values
+    (the parallel kinds through specs.rules_stack.stack_parallelism_rules, a profile's check)."""
+    if plan.engine_stack is None:
+        return []
+    facts, name = STACK_FACTS[plan.engine_stack], plan.engine_stack
+    out: list[Violation] = []
+    if plan.dtype not in facts.dtypes:
+        rule = f"engine_stack {name} trained in {', '.join(facts.dtypes)}"
+        out.append(
+            Violation("plan.dtype", plan.dtype, f"{rule}; allowed: {', '.join(facts.dtypes)}")
+        )
+    for s in plan.stages:
+        dims = replace(s.dims, pp=plan.pp)
+        for rule in stack_parallelism_rules(
+            facts.parallelism,
+            dims,
+            plan.sequence_parallel,
+            plan.overlap_tp_comm,
+            f"engine_stack {name}'s",
+        ):
+            if (v := Violation(*rule)) not in out:
+                out.append(v)
     return out
 
 

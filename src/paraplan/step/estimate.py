@@ -31,6 +31,7 @@ from paraplan.specs.plan import (
 )
 from paraplan.specs.recompute import modules_of
 from paraplan.specs.rules import (
+    deepspeed_cp_rule,
     host_capacity_bytes,
     offload_rule,
     uniform_model_violations,
@@ -39,7 +40,7 @@ from paraplan.specs.rules_precision import accelerator_rules
 from paraplan.specs.rules_stack import (
     engine_schedule_rule,
     engine_zero_rule,
-    stack_parallelism_rules,
+    stack_rules,
 )
 from paraplan.specs.system import SystemSpec
 from paraplan.step.build import (
@@ -124,17 +125,15 @@ def _system_violations(plan: PlanSpec, system: SystemSpec) -> list[Violation]:
     (specs.rules_precision.accelerator_rules), the ZeRO stages its pipeline runtime takes at its depth
     and the schedules (specs.rules_stack.engine_zero_rule, engine_schedule_rule; efficiency.runtime.
     pipeline_engine: the framework profile's), the model-parallel kinds the stack's loop runs
-    (specs.rules_stack.stack_parallelism_rules, efficiency.runtime.parallelism), offloading over a declared
-    host link into declared host memory (specs.rules.offload_rule)."""
+    (specs.rules_stack.stack_rules, efficiency.runtime.parallelism), ring CP on DeepSpeed
+    (specs.rules.deepspeed_cp_rule), offloading over a declared host link into declared host memory (specs.rules.offload_rule)."""
     acc = system.accelerator
     runtime = acc.efficiency.runtime
     out = [Violation(*rule) for rule in accelerator_rules(acc, plan.dtype, plan.attention)]
-    out += [
-        Violation(*rule)
-        for rule in stack_parallelism_rules(
-            runtime.parallelism, plan.dims, plan.sequence_parallel, plan.overlap_tp_comm
-        )
-    ]
+    out += [Violation(*r) for r in stack_rules(runtime.parallelism, plan.gpus, plan)]
+    deepspeed = runtime.pipeline_engine == "deepspeed"
+    if deepspeed and (rule := deepspeed_cp_rule(plan.cp, plan.cp_algorithm)):
+        out.append(Violation("plan.cp", plan.cp, rule))
     if rule := engine_zero_rule(runtime.pipeline_engine, plan.zero, plan.pp):
         out.append(Violation("plan.zero", plan.zero, rule))
     schedule = plan.pipeline_schedule
