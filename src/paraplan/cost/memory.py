@@ -406,5 +406,5 @@ def layout_buffer_bytes(model: ModelSpec, shape: LayerShape) -> float:
     all-gathered K and V the fused kernel reads — 2d: the grid column's T tokens, ab·T·2·kv_width/c;
     2d-seq: the whole sequence, ab·b·s·2·kv_width/t (NERSC model FusedLASeqp's gathered K/V); 0 for 1d.
     SUMMA's panel buffers ((T/r + f/c)·e/nb elements per linear) are left out: below 1/nb of a block.
-    The gathered bytes: graph.transformer.gathered_kv_bytes, which the layouts' collectives move."""
+    The gathered bytes: graph.tp_collectives.gathered_kv_bytes, which the layouts' collectives move."""
     return gathered_kv_bytes(model, shape)
