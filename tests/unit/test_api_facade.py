@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 import types
 
@@ -46,6 +47,16 @@ def test_default_global_batch():
     assert (
         api.default_global_batch({"gpus": 6, "tp": 4, "micro_batch": 3}) == 3
     )  # dp unknown: let plan.gpus report it
+    # DualPipe: an even count of at least 2·pp micro-batches (specs.rules_schedule.dualpipe_rule)
+    assert api.default_global_batch({"gpus": 64, "tp": 8, "pp": 2, "schedule": "dualpipe"}) == 16
+
+
+def test_dualpipe_takes_its_own_default_batch(cli):
+    """Without --global-batch the estimate's default is a batch DualPipe accepts: dp 4 · 2·pp = 16."""
+    argv = ["--model", "gpt3-1.3b", "--system", "dgx-a100-80gb", "--gpus", "8", "--pp", "2"]
+    code, out, err = cli("estimate", *argv, "--schedule", "dualpipe", "--json")
+    assert code == 0, err
+    assert json.loads(out)["plan"]["global_batch"] == 16
 
 
 def test_plan_errors_are_one_line():

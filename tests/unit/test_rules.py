@@ -13,7 +13,7 @@ import pytest
 
 import paraplan
 from paraplan.catalog import load_model
-from paraplan.specs import rules, rules_moe, rules_precision
+from paraplan.specs import rules, rules_moe, rules_precision, rules_schedule
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.moe_plan import MoEPlanFields
 from paraplan.specs.parallel import ParallelDims
@@ -185,8 +185,19 @@ def test_batch_rule():
 
 
 def test_min_global_batch():
-    assert rules.min_global_batch(8, 2, 4, interleaved=False) == 16
-    assert rules.min_global_batch(8, 2, 4, interleaved=True) == 64
+    assert rules.min_global_batch(8, 2, 4) == 16
+    assert rules.min_global_batch(8, 2, 4, "interleaved") == 64
+    assert rules.min_global_batch(8, 2, 4, "dualpipe") == 8 * 2 * 8  # m >= 2·pp
+    assert rules.min_global_batch(8, 2, 1, "interleaved") == 16
+
+
+@pytest.mark.parametrize("schedule", ["1f1b", "interleaved", "gpipe", "zb-h1", "dualpipe"])
+@pytest.mark.parametrize("pp", [2, 4, 8])
+def test_each_schedules_smallest_count_is_the_smallest_its_batch_rule_accepts(schedule, pp):
+    entry = rules_schedule.SCHEDULE_RULES[schedule]
+    m = entry.min_count(pp)
+    assert entry.batch_rule(pp, m) is None
+    assert all(entry.batch_rule(pp, k) is not None for k in range(1, m))
 
 
 def test_dualpipe_rule():

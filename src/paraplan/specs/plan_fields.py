@@ -32,9 +32,11 @@ def default_global_batch(fields: dict[str, Any]) -> int:
     if not dp or dp < 0 or micro_batch < 1:
         return max(1, micro_batch)
     schedule = fields.get("schedule") or default_schedule(int(fields.get("vpp") or 1))
-    entry = SCHEDULE_RULES.get(schedule) if isinstance(schedule, str) else None
-    chunked = entry is not None and entry.chunked  # another value: the plan's validation names it
-    return min_global_batch(dp, micro_batch, int(fields.get("pp") or 1), chunked)
+    if (
+        not isinstance(schedule, str) or schedule not in SCHEDULE_RULES
+    ):  # another value: the plan's validation names it
+        schedule = default_schedule(1)
+    return min_global_batch(dp, micro_batch, int(fields.get("pp") or 1), schedule)
 
 
 def plan_from_fields(fields: dict[str, Any]) -> PlanSpec:

@@ -18,9 +18,10 @@ from typing import Callable
 from paraplan.specs.choices import Schedule
 
 
-def min_global_batch(dp: int, micro_batch: int, pp: int, interleaved: bool) -> int:
-    """Smallest global batch a plan accepts: dp·micro_batch, times pp when interleaved (interleave_batch_rule)."""
-    return dp * micro_batch * (pp if interleaved and pp > 1 else 1)
+def min_global_batch(dp: int, micro_batch: int, pp: int, schedule: str = "1f1b") -> int:
+    """Smallest global batch a plan accepts: dp·micro_batch times the smallest micro-batch count
+    ``schedule`` runs on pp stages (its entry's ``min_count``: 1; pp interleaved; 2·pp DualPipe)."""
+    return dp * micro_batch * SCHEDULE_RULES[schedule].min_count(pp)
 
 
 def dualpipe_rule(pp: int, microbatches: int) -> str | None:
@@ -50,6 +51,21 @@ def interleave_batch_rule(microbatches: int, pp: int) -> str | None:
     return None
 
 
+def _one(pp: int) -> int:
+    """The smallest micro-batch count of a schedule that runs any count: 1."""
+    return 1
+
+
+def _pp_count(pp: int) -> int:
+    """The smallest multiple of pp (interleave_batch_rule): pp."""
+    return pp
+
+
+def _dualpipe_count(pp: int) -> int:
+    """The smallest even count of at least 2·pp (dualpipe_rule): 2·pp (an odd pp is refused there)."""
+    return 2 * pp
+
+
 def _any_count(pp: int, microbatches: int) -> str | None:
     """GPipe, 1F1B and ZB-H1 run any micro-batch count."""
     return None
@@ -72,6 +88,9 @@ class ScheduleRules:
     # the plan field a uniform plan's check blames for a count the rule refuses: "schedule" where the rule
     # also constrains pp (DualPipe), "global_batch" where the batch sets the count alone
     batch_field: str = "global_batch"
+    # pp → the smallest micro-batch count batch_rule accepts (the smallest default batch:
+    # min_global_batch, specs.plan_fields.default_global_batch)
+    min_count: Callable[[int], int] = _one
 
 
 SCHEDULE_RULES: MappingProxyType[str, ScheduleRules] = MappingProxyType(
@@ -79,10 +98,10 @@ SCHEDULE_RULES: MappingProxyType[str, ScheduleRules] = MappingProxyType(
         r.name: r
         for r in (
             ScheduleRules("1f1b", False, _any_count),
-            ScheduleRules("interleaved", True, _interleave_count),
+            ScheduleRules("interleaved", True, _interleave_count, min_count=_pp_count),
             ScheduleRules("gpipe", False, _any_count),
             ScheduleRules("zb-h1", False, _any_count),
-            ScheduleRules("dualpipe", False, dualpipe_rule, "schedule"),
+            ScheduleRules("dualpipe", False, dualpipe_rule, "schedule", _dualpipe_count),
         )
     }
 )
