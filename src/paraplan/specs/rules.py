@@ -482,15 +482,11 @@ def megatron_overlap_rule(
 
 
 def deepspeed_cp_rule(cp: int, cp_algorithm: str = "ring") -> str | None:
-    """DeepSpeed has no ring context parallelism: its sequence parallelism, DeepSpeed-Ulysses
-    (deepspeed/sequence/layer.py DistributedAttention; Jacobs et al. 2023, arXiv:2309.14509), is an
-    all-to-all over heads, another scheme (catalog/frameworks/deepspeed.yaml cp_algorithm): a plan on
-    DeepSpeed with cp > 1 and ``cp_algorithm`` ring is refused. The uniform estimate (a profile whose
-    pipeline_engine is deepspeed: step.estimate._system_violations) and the per-stage check (plan.engine
-    deepspeed: specs.stage_plan.stage_plan_violations) ask it with the plan's cp_algorithm, so Ulysses
-    (the DeepSpeed profiles' all-to-all) stays priced; the exporter (export.deepspeed) and the search's
-    launcher (search.launch.degrees_allowed) write no Ulysses setting (--ds-sequence-parallel-size), so
-    they ask it as ring (the default): cp = 1 there."""
+    """DeepSpeed has no ring context parallelism: its DeepSpeed-Ulysses (deepspeed/sequence/layer.py;
+    Jacobs et al. 2023, arXiv:2309.14509) is an all-to-all over heads: cp > 1 with ``cp_algorithm`` ring
+    is refused. The uniform estimate (pipeline_engine deepspeed) and the per-stage check (plan.engine
+    deepspeed) pass the plan's; the exporter (export.deepspeed) and the search's launcher
+    (search.launch.degrees_allowed) write no Ulysses setting and ask it as ring: cp = 1 there."""
     if cp > 1 and cp_algorithm == "ring":
         return "DeepSpeed has no ring context parallelism (Ulysses is head-parallel all-to-all)"
     return None
