@@ -87,6 +87,11 @@ def draw_plan(rng: random.Random, dtype: str, framework: str) -> tuple[str, str,
     for switch in OVERLAPS:  # the plan's own value wins over the profile's default
         if rng.random() < 0.2:
             fields[switch] = rng.random() < 0.5
+    if load_framework(framework).pipeline_engine == "deepspeed":
+        # open (docs/model.md, "The PipelineEngine's DP overlap"): the per-stage DeepSpeed engine never
+        # overlaps the DP reduction (step.engines dp_overlap False) while the uniform path honours a
+        # stated overlap_dp_grad_reduce; these profiles' defaults (off) are drawn until one rule serves both
+        fields.pop("overlap_dp_grad_reduce", None)
     if (
         rng.random() < 0.5
     ):  # the gradient dtype the plan states against the profile's (its BF16_Optimizer)

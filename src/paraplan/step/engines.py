@@ -135,12 +135,14 @@ ENGINES = {
     #   blocking instructions (p2p.send/recv are synchronous broadcasts in 2-rank groups), so two
     #   transfers with each neighbour per micro-batch (deepspeed/runtime/pipe/schedule.py TrainSchedule,
     #   deepspeed/runtime/pipe/p2p.py);
-    # - with model parallelism the forward activation is partitioned over the TP ranks
-    #   (engine.py: is_pipe_partitioned = is_model_parallel) and rebuilt on the receiver by an all-gather
-    #   over the TP group (PartitionedTensor.full()); gradients are sent whole (is_grad_partitioned
-    #   = False in AMP's copy; later versions partition them by default, pipeline.grad_partitioned
-    #   True at 0050fdad and v0.16.4, whose receiver's all-gather this table does not price:
-    #   docs/model.md);
+    # - with model parallelism each TP rank sends 1/t of the activation and, at 0050fdad (the DeepSpeed
+    #   profiles' version: pipeline.pipe_partitioned and grad_partitioned True by default,
+    #   runtime/config.py), 1/t of its gradient, as the uniform path prices every stack's exchange
+    #   (step.blocks.p2p_bytes): the same rule here (True, grad_split_over_tp True), one definition for
+    #   both paths. The TP all-gathers that rebuild them (PartitionedTensor.full(): the receiver's
+    #   input in _exec_forward_pass, the sender's own output and the received gradient in
+    #   _exec_backward_pass) neither path prices (docs/model.md, "The PipelineEngine's TP gathers");
+    #   AMP's copy (gradients sent whole, the receiver's gather) is ENGINE_STACKS["amp2022"]'s;
     # - ReduceTiedGrads and ReduceGrads run after the last backward (TrainSchedule): no overlap of
     #   the data-parallel reduction with the backward;
     # - gradients accumulate across micro-batches by the optimizer DeepSpeed runs for the dtype, ZeRO
@@ -160,8 +162,6 @@ ENGINES = {
         False,
         0.0,
         True,
-        grad_split_over_tp=False,
-        gather_after_recv=True,
         batch_syncs=DEEPSPEED_PIPE_BATCH_SYNCS,
     ),
 }
@@ -182,6 +182,9 @@ ENGINE_STACKS = {
     #   step, beside fp16 weights, fp32 master weights and Adam moments
     #   (runtime/fp16/fused_optimizer.py): 2 + 2 + 4 + 4 + 8 = 20 B per parameter at the step
     #   (gradient_bytes 6);
+    # - the forward activation is partitioned over the TP ranks (engine.py: is_pipe_partitioned =
+    #   is_model_parallel) and rebuilt on the receiver by an all-gather over the TP group
+    #   (PartitionedTensor.full()); gradients are sent whole (is_grad_partitioned = False in AMP's copy);
     # - the GPT-2 pipe model passes (hidden, attention_mask) between stages, the [1, 1, s, s] mask
     #   cast to fp16 before each send (pipe/engine.py _exec_send_activations: outputs[-1].half()):
     #   attention_mask_bytes;
@@ -198,6 +201,8 @@ ENGINE_STACKS = {
     "amp2022": {
         "gradient_bytes": 6.0,
         "grad_accumulation": "fp16_param_grad",
+        "grad_split_over_tp": False,
+        "gather_after_recv": True,
         "async_tp_backward": False,
         "tied_grad_bytes": 2.0,
         "sends_attention_mask": True,
