@@ -37,16 +37,18 @@ def test_transfer_bytes_by_hand():
 def test_the_engine_alone_carries_no_constant_of_amps_stack():
     """DeepSpeed's PipelineEngine without a stated stack (a per-stage plan under a DeepSpeed
     profile): its own rules (two blocking transfers, the activation split over TP and gathered, no
-    DP overlap, its accumulation and batch syncs) and the stack's for the rest; AMP's stack
-    (engine_stack amp2022) adds its fp16 mask, host time, activation factor, synchronous TP backward
-    and fp16 gradient bytes, and nothing else."""
+    DP overlap, its batch syncs) and the stack's for the rest (its gradient accumulation among them); AMP's stack
+    (engine_stack amp2022) adds its fp16 mask, host time, activation factor, synchronous TP backward,
+    fp16 gradient bytes and fp16 param.grad accumulation, and nothing else."""
     ds, amp = ENGINES["deepspeed"], engine_rules_of("deepspeed", "amp2022")
     assert forward_transfer_bytes(ds, ACT, 2, 1024) == ACT / 2
     assert host_layer_times_s(ds) == (0.0, 0.0)
     assert (ds.activation_memory_factor, ds.gradient_bytes, ds.tied_grad_bytes) == (1.0, 0.0, 0.0)
     assert ds.async_tp_backward and not ds.sends_attention_mask
     assert (ds.transfers_per_neighbour, ds.dp_overlap, ds.batch_syncs) == (2, False, 1.0)
-    assert ds.grad_accumulation == amp.grad_accumulation == "deepspeed_pipe"
+    # the engine's accumulation is the stack's (step.constants.at_zero_stage, as on a uniform plan);
+    # AMP's stack states its FP16 optimizer's fp16 param.grad
+    assert (ds.grad_accumulation, amp.grad_accumulation) == ("fused", "fp16_param_grad")
     assert (amp.host_layer_forward_s, amp.activation_memory_factor) == (1.0e-3, 1.5)
     assert (amp.gradient_bytes, amp.tied_grad_bytes, amp.async_tp_backward) == (6.0, 2.0, False)
     differ = {f for f in ds.__dataclass_fields__ if getattr(ds, f) != getattr(amp, f)}

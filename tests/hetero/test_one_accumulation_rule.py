@@ -2,7 +2,9 @@
 path's DeepSpeed profiles both price it by cost.runtimes.grad_accumulation_s, P·g / (B_HBM·η_HBM) per
 micro-batch on the stage's parameters, with g from cost.runtimes.GRAD_ACCUMULATION_BYTES. It used to be priced
 per block through cost.compute.memory_time_s on the per-stage path (eager factor, a kernel overhead per block)
-and at the plain rate on the uniform one."""
+and at the plain rate on the uniform one. The bytes are the stack's resolved at the plan's ZeRO stage
+(step.constants.at_zero_stage, as on a uniform plan: megatron-deepspeed's BF16_Optimizer, 18 B at zero 0), or
+those a training stack states (AMP's fp16 param.grad, 6 B: step.engines.ENGINE_STACKS)."""
 
 from __future__ import annotations
 
@@ -10,11 +12,13 @@ from dataclasses import replace
 
 import pytest
 
+from paraplan.catalog import load_framework
 from paraplan.catalog.clusters import cluster_from_dict
+from paraplan.cost.frameworks import framework_cluster
 from paraplan.cost.runtimes import grad_accumulation_s
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.stage_plan import stage_plan_from_dict
-from paraplan.step.engines import ENGINES
+from paraplan.step.engines import engine_rules_of
 from paraplan.step.per_stage import (
     common_of,
     estimate_stage_plan,
@@ -34,14 +38,18 @@ MIXED = cluster_from_dict(
         ]
     }
 )
-# bf16 needs bf16 tensor cores (specs.rules_precision.accelerator_rules): two pools of newer parts, the same names
-MIXED_BF16 = cluster_from_dict(
-    {
-        "pools": [
-            {"name": "v100", "system": "dgx-a100-40gb", "nodes": 1},
-            {"name": "t4", "system": "dgx-h100-80gb", "nodes": 1},
-        ]
-    }
+# bf16 needs bf16 tensor cores (specs.rules_precision.accelerator_rules): two pools of newer parts, the same names,
+# running the megatron-deepspeed stack (its BF16_Optimizer at zero 0)
+MIXED_BF16 = framework_cluster(
+    load_framework("megatron-deepspeed"),
+    cluster_from_dict(
+        {
+            "pools": [
+                {"name": "v100", "system": "dgx-a100-40gb", "nodes": 1},
+                {"name": "t4", "system": "dgx-h100-80gb", "nodes": 1},
+            ]
+        }
+    ),
 )
 
 
@@ -56,15 +64,35 @@ def test_the_per_stage_engine_pays_the_one_rule(dtype, g):
             "dtype": dtype,
             "attention": "unfused" if dtype == "fp16" else "flash",
             "engine": "deepspeed",
+            "zero": 0,
+            **({"engine_stack": "amp2022"} if dtype == "fp16" else {}),
             "stages": [
                 {"pool": "v100", "gpus": 4, "layers": 5, "tp": 2},
                 {"pool": "t4", "gpus": 4, "layers": 3},
             ],
         }
     )
-    fused = replace(ENGINES["deepspeed"], grad_accumulation="fused")
+    rules = engine_rules_of("deepspeed", plan.engine_stack)
     with_acc = estimate_stage_plan(SMALL, cluster, plan)
-    without = estimate_stage_plan(SMALL, cluster, plan, fused)
+    if dtype == "fp16":  # the stack's stated bytes, off
+        without = estimate_stage_plan(
+            SMALL, cluster, plan, replace(rules, grad_accumulation="fused")
+        )
+    else:  # the profile's, off
+        off = framework_cluster(
+            load_framework("megatron-deepspeed").model_copy(
+                update={"zero0_bf16_optimizer": False, "grad_accumulation": "fused"}
+            ),
+            cluster_from_dict(
+                {
+                    "pools": [
+                        {"name": "v100", "system": "dgx-a100-40gb", "nodes": 1},
+                        {"name": "t4", "system": "dgx-h100-80gb", "nodes": 1},
+                    ]
+                }
+            ),
+        )
+        without = estimate_stage_plan(SMALL, off, plan)
     common, settings = common_of(plan), stage_settings(plan, cluster)
     bounds = [(0, 6), (6, 10)]  # embedding + 5 layers | 3 layers + head
     for i, (a, b) in enumerate(bounds):

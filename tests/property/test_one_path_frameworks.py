@@ -5,7 +5,9 @@ gradients, optimizer state, buffers; relative 1e-9: tests/unit/test_one_path.ass
 (cost.frameworks.apply_framework: its system — attention kernel, eager kernels and composite modules
 (graph.eager_modules: gelu_new, LlamaRMSNorm, rotate_half, fp32-logit loss), runtime copies and transfers,
 optimizer state — and its plan defaults: gradient dtype, fp8 weight copies, ZeRO-3 units and prefetch,
-overlap switches) and every datatype of bf16 / fp8 / fp32 the system has a peak for.
+overlap switches) and every datatype of bf16 / fp16 / fp8 / fp32 the system has a peak for, the plan stating its gradient dtype
+(fp32 / bf16) half the time, and a DeepSpeed profile's plan restated on DeepSpeed's PipelineEngine (its
+pipeline_engine, as production restates it: tests/unit/test_one_path.both_paths).
 
 Plans are drawn with a fixed seed per (profile, datatype): a dense model the per-stage path takes (decoders
 with GeLU or SwiGLU, LayerNorm or RMSNorm, learned or rotary positions, tied or untied embeddings; BERT and
@@ -47,7 +49,7 @@ from paraplan.step.per_stage import estimate_stage_plan
 from tests.unit.test_one_path import assert_same, both_paths, draw_plan_fields
 
 REL = 1e-9
-DTYPES = ("bf16", "fp8", "fp32")
+DTYPES = ("bf16", "fp16", "fp8", "fp32")
 SYSTEMS = ("dgx-h100-80gb", "dgx-a100-80gb", "dgx-b200", "h100-pcie-8", "mi300x-8")
 MODELS = (
     "gpt3-125m",
@@ -60,6 +62,7 @@ MODELS = (
     "vit-large",
 )
 OVERLAPS = ("overlap_tp_comm", "overlap_param_gather", "overlap_dp_grad_reduce")
+GRAD_DTYPES = ("fp32", "bf16")  # a plan's stated grad_dtype (step.constants.runs_bf16_optimizer)
 TRIES = 40  # draws per plan before a pair counts as not allowed
 
 
@@ -84,6 +87,15 @@ def draw_plan(rng: random.Random, dtype: str, framework: str) -> tuple[str, str,
     for switch in OVERLAPS:  # the plan's own value wins over the profile's default
         if rng.random() < 0.2:
             fields[switch] = rng.random() < 0.5
+    if load_framework(framework).pipeline_engine == "deepspeed":
+        # open (docs/model.md, "The PipelineEngine's DP overlap"): the per-stage DeepSpeed engine never
+        # overlaps the DP reduction (step.engines dp_overlap False) while the uniform path honours a
+        # stated overlap_dp_grad_reduce; these profiles' defaults (off) are drawn until one rule serves both
+        fields.pop("overlap_dp_grad_reduce", None)
+    if (
+        rng.random() < 0.5
+    ):  # the gradient dtype the plan states against the profile's (its BF16_Optimizer)
+        fields["grad_dtype"] = rng.choice(GRAD_DTYPES)
     return (
         name,
         rng.choice(dtype_systems(dtype)),
@@ -168,7 +180,7 @@ PAIRS = [
 
 
 def test_every_profile_and_datatype_is_drawn():
-    """Every catalog profile and each of bf16 / fp8 / fp32 (the test would pass on nothing otherwise)."""
+    """Every catalog profile and each of bf16 / fp16 / fp8 / fp32 (the test would pass on nothing otherwise)."""
     assert {p.values[0] for p in PAIRS} == set(framework_names())
     assert len(framework_names()) >= 10
     assert {p.values[1] for p in PAIRS} == set(DTYPES)

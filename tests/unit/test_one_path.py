@@ -56,7 +56,10 @@ def both_paths(
         system, plan_fields = apply_framework(load_framework(framework), system, plan_fields)
     plan = PlanSpec(**plan_fields)
     cluster = uniform_cluster(system, plan.gpus)
-    stage_plan = uniform_stage_plan(plan, model, cluster.pools[0].name)
+    # the pipeline runtime the profile states, as production restates a uniform plan (cli.hetero_cmd,
+    # search.staged.uniform_seed): DeepSpeed profiles run step.engines.ENGINES["deepspeed"]
+    engine = system.accelerator.efficiency.runtime.pipeline_engine
+    stage_plan = uniform_stage_plan(plan, model, cluster.pools[0].name, engine)
     return estimate(model, system, plan), estimate_stage_plan(model, cluster, stage_plan)
 
 
@@ -67,7 +70,10 @@ def assert_same(uniform, per_stage) -> None:
     assert type(uniform) is type(per_stage) is Estimate
     model = load_model(uniform.model)
     stage_plan = uniform_stage_plan(
-        PlanSpec(**uniform.plan), model, per_stage.plan["stages"][0]["devices"][0]["pool"]
+        PlanSpec(**uniform.plan),
+        model,
+        per_stage.plan["stages"][0]["devices"][0]["pool"],
+        per_stage.plan["engine"],
     )
     for f in fields(Estimate):
         u, p = getattr(uniform, f.name), getattr(per_stage, f.name)

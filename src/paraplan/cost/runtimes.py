@@ -251,13 +251,6 @@ GRAD_ACCUMULATION_BYTES = {
 }
 
 
-def deepspeed_pipe_accumulation(dtype: str) -> str:
-    """How DeepSpeed's PipelineEngine accumulates gradients (a GRAD_ACCUMULATION_BYTES key) for a run of
-    ``dtype``: fp16 runs its FP16 optimizer (fp16 param.grad), every other mixed-precision dtype its BF16
-    optimizer, which "is hardcoded for fp32 gradient accumulation" (pipe/engine.py at 0050fdad)."""
-    return "fp16_param_grad" if dtype == "fp16" else "bf16_optimizer"
-
-
 def grad_accumulation_s(params, bytes_per_param, hbm_rate):
     """Seconds one micro-batch's backward spends adding its fresh gradients into the gradients held across
     micro-batches, the one rule of every path (the uniform estimator and search through StepInputs, the

@@ -56,8 +56,9 @@ class EngineRules:
     activation_memory_factor: float = (
         1.0  # memory the allocator holds per byte of stored activations
     )
-    # how gradients are summed over micro-batches: "fused" into the wgrad GEMM, or "deepspeed_pipe", by the
-    # optimizer DeepSpeed's PipelineEngine runs for the dtype (cost.runtimes.deepspeed_pipe_accumulation)
+    # how gradients are summed over micro-batches: "fused", the stack's (efficiency.runtime.grad_accumulation_bytes
+    # resolved at the plan's ZeRO stage and dtype by step.constants.at_zero_stage, as a uniform plan resolves
+    # them), or a cost.runtimes.GRAD_ACCUMULATION_BYTES key a training stack states (ENGINE_STACKS)
     grad_accumulation: str = "fused"
     # device synchronisations per micro-batch on the stages that load a batch (first and last, pp > 1);
     # 0: the training stack's (efficiency.runtime.batch_syncs, as a uniform plan reads it)
@@ -86,14 +87,12 @@ def attention_mask_bytes(seq_length: int) -> float:
     return 2.0 * seq_length * seq_length
 
 
-def grad_accumulation_bytes(rules: EngineRules, dtype: str) -> float:
-    """HBM bytes per parameter and micro-batch of the engine's gradient accumulation for a run of ``dtype``
-    (cost.runtimes.GRAD_ACCUMULATION_BYTES, priced by the one rule cost.runtimes.grad_accumulation_s through
-    StepInputs.grad_accumulation_bytes): 0 where the engine fuses it into the wgrad GEMM, else the bytes of the
-    optimizer DeepSpeed's PipelineEngine runs for the dtype (fp16: 6 B, bf16: 18 B)."""
-    if rules.grad_accumulation == "fused":
-        return 0.0
-    return runtimes.GRAD_ACCUMULATION_BYTES[runtimes.deepspeed_pipe_accumulation(dtype)]
+def grad_accumulation_bytes(rules: EngineRules) -> float:
+    """HBM bytes per parameter and micro-batch of the gradient accumulation a training stack states for the
+    engine (ENGINE_STACKS: AMP's fp16 param.grad, 6 B), priced by the one rule cost.runtimes.grad_accumulation_s
+    through StepInputs.grad_accumulation_bytes; 0 for "fused", where step.per_stage keeps the stack's own,
+    resolved at the plan's ZeRO stage by step.constants.at_zero_stage as on a uniform plan."""
+    return runtimes.GRAD_ACCUMULATION_BYTES[rules.grad_accumulation]
 
 
 def host_layer_times_s(rules: EngineRules) -> tuple[float, float]:
@@ -136,21 +135,21 @@ ENGINES = {
     #   blocking instructions (p2p.send/recv are synchronous broadcasts in 2-rank groups), so two
     #   transfers with each neighbour per micro-batch (deepspeed/runtime/pipe/schedule.py TrainSchedule,
     #   deepspeed/runtime/pipe/p2p.py);
-    # - with model parallelism the forward activation is partitioned over the TP ranks
-    #   (engine.py: is_pipe_partitioned = is_model_parallel) and rebuilt on the receiver by an all-gather
-    #   over the TP group (PartitionedTensor.full()); gradients are sent whole (is_grad_partitioned
-    #   = False in AMP's copy; later versions partition them by default, pipeline.grad_partitioned
-    #   True at 0050fdad and v0.16.4, whose receiver's all-gather this table does not price:
-    #   docs/model.md);
+    # - with model parallelism each TP rank sends 1/t of the activation and, at 0050fdad (the DeepSpeed
+    #   profiles' version: pipeline.pipe_partitioned and grad_partitioned True by default,
+    #   runtime/config.py), 1/t of its gradient, as the uniform path prices every stack's exchange
+    #   (step.blocks.p2p_bytes): the same rule here (True, grad_split_over_tp True), one definition for
+    #   both paths. The TP all-gathers that rebuild them (PartitionedTensor.full(): the receiver's
+    #   input in _exec_forward_pass, the sender's own output and the received gradient in
+    #   _exec_backward_pass) neither path prices (docs/model.md, "The PipelineEngine's TP gathers");
+    #   AMP's copy (gradients sent whole, the receiver's gather) is ENGINE_STACKS["amp2022"]'s;
     # - ReduceTiedGrads and ReduceGrads run after the last backward (TrainSchedule): no overlap of
     #   the data-parallel reduction with the backward;
-    # - gradients accumulate across micro-batches in the engine, not in the GEMM, by the optimizer
-    #   the engine runs for the dtype: the FP16 optimizer's fp16 param.grad, into which autograd's
-    #   AccumulateGrad adds each micro-batch's fresh gradient (6 B per parameter:
-    #   cost.runtimes.fp16_param_grad_accumulation_bytes); under bf16 the BF16_Optimizer "is
-    #   hardcoded for fp32 gradient accumulation" (18 B:
-    #   cost.runtimes.bf16_optimizer_accumulation_bytes), priced as the uniform path prices the
-    #   megatron-deepspeed profile's (cost.runtimes.grad_accumulation_s);
+    # - gradients accumulate across micro-batches by the optimizer DeepSpeed runs for the dtype, ZeRO
+    #   stage and gradient dtype (the BF16_Optimizer where step.constants.runs_bf16_optimizer, 18 B:
+    #   cost.runtimes.bf16_optimizer_accumulation_bytes): the stack's, resolved by
+    #   step.constants.at_zero_stage as on a uniform plan (grad_accumulation "fused" below: one rule
+    #   for both paths; docs/model.md, "The PipelineEngine's gradient accumulation on both paths");
     # - LoadMicroBatch before each forward on the first and last stage reads the batch's sizes back to the
     #   host: one device synchronisation per micro-batch there (cost.runtimes.batch_sync_idle_s, priced by
     #   step.constants.batch_sync_s as the uniform path prices the megatron-deepspeed profile's).
@@ -163,9 +162,6 @@ ENGINES = {
         False,
         0.0,
         True,
-        grad_split_over_tp=False,
-        gather_after_recv=True,
-        grad_accumulation="deepspeed_pipe",
         batch_syncs=DEEPSPEED_PIPE_BATCH_SYNCS,
     ),
 }
@@ -188,6 +184,9 @@ ENGINE_STACKS = {
     #   step, beside fp16 weights, fp32 master weights and Adam moments
     #   (runtime/fp16/fused_optimizer.py): 2 + 2 + 4 + 4 + 8 = 20 B per parameter at the step
     #   (gradient_bytes 6);
+    # - the forward activation is partitioned over the TP ranks (engine.py: is_pipe_partitioned =
+    #   is_model_parallel) and rebuilt on the receiver by an all-gather over the TP group
+    #   (PartitionedTensor.full()); gradients are sent whole (is_grad_partitioned = False in AMP's copy);
     # - the GPT-2 pipe model passes (hidden, attention_mask) between stages, the [1, 1, s, s] mask
     #   cast to fp16 before each send (pipe/engine.py _exec_send_activations: outputs[-1].half()):
     #   attention_mask_bytes;
@@ -195,11 +194,17 @@ ENGINE_STACKS = {
     #   in backward (mpu/mappings.py, _CopyToModelParallelRegion.backward), inside a timer whose
     #   start and stop call torch.cuda.synchronize() (megatron/global_vars.py _Timer): nothing hides
     #   the backward TP collectives;
+    # - its FP16 optimizer keeps fp16 param.grad, into which autograd's AccumulateGrad adds each
+    #   micro-batch's gradient (6 B per parameter: cost.runtimes.fp16_param_grad_accumulation_bytes;
+    #   AMP's pools run profiles that state none, so the stack states it here);
     # - host time per layer: DEEPSPEED_HOST_LAYER_FORWARD_S (fitted on AMP's trials); activation
     #   memory: DEEPSPEED_ACTIVATION_MEMORY_FACTOR (calibrated on AMP's trials' outcomes); notes
     #   there.
     "amp2022": {
         "gradient_bytes": 6.0,
+        "grad_accumulation": "fp16_param_grad",
+        "grad_split_over_tp": False,
+        "gather_after_recv": True,
         "async_tp_backward": False,
         "tied_grad_bytes": 2.0,
         "sends_attention_mask": True,

@@ -174,11 +174,11 @@ def stage_arrays(
     p2p_in, p2p_out = stage_p2p(cluster, common, setting, prev or wrap, nxt or wrap, sent)
     slowest = min(systems, key=lambda s: s.accelerator.hbm_rate())
     terms = at_zero_stage(system_terms(slowest, common.dtype, common.runtime), common.zero)
-    # an engine that accumulates gradients itself (step.engines: DeepSpeed's PipelineEngine) sets the
-    # accumulation, priced by step.compose.runtime_work as on a uniform plan; Megatron-LM's fuses it into the
-    # wgrad GEMM and leaves the stack's (the framework profile's runtime, system_terms), as a uniform plan does
+    # the gradient accumulation is the stack's resolved at the plan's ZeRO stage (at_zero_stage, as on a
+    # uniform plan; DeepSpeed's BF16_Optimizer where step.constants.runs_bf16_optimizer), unless a training
+    # stack the plan states sets its own (step.engines.ENGINE_STACKS: AMP's fp16 param.grad)
     if rules.grad_accumulation != "fused":
-        terms["grad_accumulation_bytes"] = grad_accumulation_bytes(rules, common.dtype)
+        terms["grad_accumulation_bytes"] = grad_accumulation_bytes(rules)
     # an engine that synchronises on its batch loads (step.compose.runtime_work) sets them, priced as the stack's
     if rules.batch_syncs:
         terms["batch_sync_s"] = batch_sync_s(slowest, rules.batch_syncs)

@@ -21,7 +21,7 @@ from paraplan.specs.plan import RuntimeFields
 from paraplan.specs.system import SystemSpec
 from paraplan.step.build import gradient_group
 from paraplan.step.compose import GradientGroup
-from paraplan.step.constants import grad_reduce_bytes
+from paraplan.step.constants import at_zero_stage, system_terms
 from paraplan.step.p2p import tied_embedding_elements
 from paraplan.step.p2p import tied_embedding_sync_s as tied_sync_rule
 from paraplan.step.engines import (
@@ -324,8 +324,9 @@ def tied_embedding_sync_s(
 ) -> float:
     """step.p2p.tied_embedding_sync_s between the first and the last stage on the link their first GPUs
     use (every GPU of both stages sending at once), at the engine's tied_grad_bytes, or where it leaves them
-    to the stack (0), the run's gradient-reduction bytes on the first stage's GPUs
-    (step.constants.grad_reduce_bytes, as a uniform plan's StepInputs.grad_reduce_bytes)."""
+    to the stack (0), the run's gradient-reduction bytes on the first stage's GPUs at the plan's ZeRO stage
+    (system_terms' resolved by step.constants.at_zero_stage: the BF16_Optimizer's fp32 gradients where it
+    runs, as a uniform plan's StepInputs.grad_reduce_bytes, step.layout.build_step_inputs)."""
     elements = tied_embedding_elements(model, first.dims.tp)
     if not elements or first.index == last.index:
         return 0.0
@@ -334,7 +335,13 @@ def tied_embedding_sync_s(
         cluster, members, node_counts(cluster, _member_gpus(first) + _member_gpus(last))
     )
     form = linear_collective("all_reduce", span, link_system)
-    grad_bytes = common.rules.tied_grad_bytes or (
-        grad_reduce_bytes(cluster.pool(first.slices[0][0]).system, common.dtype, common.runtime)
+    system = cluster.pool(first.slices[0][0]).system
+    grad_bytes = (
+        common.rules.tied_grad_bytes
+        or (
+            at_zero_stage(system_terms(system, common.dtype, common.runtime), common.zero)[
+                "grad_reduce_bytes"
+            ]
+        )
     )
     return float(tied_sync_rule(form, elements, grad_bytes, last.index + 1))
