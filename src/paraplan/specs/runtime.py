@@ -33,8 +33,11 @@ class StackRuntimeFields(InputModel):
     """The runtime mechanisms a framework profile states and the step reads as they are (declared once: the
     profile, specs.framework.FrameworkSpec, and the system's runtime, RuntimeCosts, both inherit them)."""
 
-    # a JSON / YAML list read as the tuple (strict validation takes no list for a tuple)
-    parallelism: Annotated[tuple[Parallelism, ...], BeforeValidator(tuple)] = Field(
+    # a JSON / YAML list read as the tuple (strict validation takes no list for a tuple); anything else is left
+    # to that validation, which refuses it in one line (tuple(None) would raise a TypeError, not an input error)
+    parallelism: Annotated[
+        tuple[Parallelism, ...], BeforeValidator(lambda v: tuple(v) if isinstance(v, list) else v)
+    ] = Field(
         PARALLELISMS,
         description="the parallel kinds the stack's training loop runs (dp: data parallelism, with ZeRO / FSDP "
         "where the plan states it; tp, sp: sequence parallelism, tp_overlap: TP comm-GEMM overlap, pp, cp, ep); "
