@@ -48,8 +48,9 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 # estimator's and the search's caches hold (~0.6 M per worker midway through the suite, ~1 s each),
 # and the default thresholds (700, 10, 10) ran one every ten middle-generation passes: about a
 # quarter of a worker's CPU time. The oldest generation is collected after 1,000 such passes instead
-# (the younger ones unchanged); no test reads the thresholds (tests/search/test_search_behaviour.py
-# checks search.run's pause, not them) and no number depends on them.
+# (the younger ones unchanged). No number depends on them; the tests that read them compare with the
+# thresholds they found (tests/cli/test_startup_imports.py), and io.collector's pause of a search
+# (tests/search/test_search_behaviour.py) turns the collector off whatever they are.
 YOUNG, MIDDLE, _ = gc.get_threshold()
 gc.set_threshold(YOUNG, MIDDLE, 1000)
 
