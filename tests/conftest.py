@@ -10,10 +10,12 @@
 
 from __future__ import annotations
 
+import gc
 import os
-from pathlib import Path
-
+import shutil
+import sys
 import tempfile
+from pathlib import Path
 
 import pytest
 from hypothesis import settings
@@ -24,11 +26,33 @@ from hypothesis.configuration import set_hypothesis_home_dir
 if "HYPOTHESIS_STORAGE_DIRECTORY" not in os.environ:
     set_hypothesis_home_dir(tempfile.mkdtemp(prefix="paraplan-hypothesis-"))
 
+# compiled bytecode: where PYTHONDONTWRITEBYTECODE is set (as on the development machine), every
+# process the suite starts (the xdist workers, the CLI and documented-command subprocesses, the
+# sweep's and the server's workers) compiled again every paraplan module it imported, ~0.2 s of CPU
+# each. The bytecode goes to one temporary folder the session's processes share instead
+# (sys.pycache_prefix), never into the checkout; a PYTHONPYCACHEPREFIX already set wins.
+# BYTECODE: the folder this process made (removed at its end); None in the processes it starts
+BYTECODE = None
+if os.environ.get("PYTHONDONTWRITEBYTECODE") and "PYTHONPYCACHEPREFIX" not in os.environ:
+    BYTECODE = os.environ["PYTHONPYCACHEPREFIX"] = tempfile.mkdtemp(prefix="paraplan-pycache-")
+    del os.environ["PYTHONDONTWRITEBYTECODE"]
+    sys.pycache_prefix, sys.dont_write_bytecode = BYTECODE, False
+
 settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True)
 settings.register_profile(
     "explore", derandomize=False, deadline=None, max_examples=500, print_blob=True
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+# The cyclic garbage collector: a full (oldest-generation) collection walks every object the
+# estimator's and the search's caches hold (~0.6 M per worker midway through the suite, ~1 s each),
+# and the default thresholds (700, 10, 10) ran one every ten middle-generation passes: about a
+# quarter of a worker's CPU time. The oldest generation is collected after 1,000 such passes instead
+# (the younger ones unchanged). No number depends on them; the tests that read them compare with the
+# thresholds they found (tests/cli/test_startup_imports.py), and io.collector's pause of a search
+# (tests/search/test_search_behaviour.py) turns the collector off whatever they are.
+YOUNG, MIDDLE, _ = gc.get_threshold()
+gc.set_threshold(YOUNG, MIDDLE, 1000)
 
 SLOW_FILES = ("search/test_exactness.py", "invariants/test_properties.py")
 SLOW_NAME_PARTS = ("exhaustive",)
@@ -71,6 +95,17 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.slow)
         if item.get_closest_marker("xdist_group") is None and _module_fixtures(item):
             item.add_marker(pytest.mark.xdist_group(f"module-fixture:{relative}"))
+
+
+def pytest_unconfigure(config):
+    """One full collection, then what is left frozen: pytest's session clean-up (its
+    unraisable-exception check, after this hook) collects five times more, each walking every cached
+    object again (~5 s per worker at the end of the suite); what those would find was collected here,
+    with pytest's hook still in place, and objects made after the freeze are still collected there."""
+    gc.collect()
+    gc.freeze()
+    if BYTECODE is not None:  # the workers and subprocesses have ended
+        shutil.rmtree(BYTECODE, ignore_errors=True)
 
 
 @pytest.fixture()
