@@ -62,7 +62,7 @@ def alleviation_modes(framework: str | None, monkeypatch) -> tuple[str, ...]:
         raise Captured
 
     monkeypatch.setattr(non_uniform, "alleviate", stand_in)
-    start = (StageConfig(SWIGLU.layers + 2, 8),)
+    start = (StageConfig.of(SWIGLU.layers + 2, 8),)
     with pytest.raises(Captured):
         non_uniform._alleviate(problem_for(framework), start, 1, 1.0)
     return seen["modes"]

@@ -196,7 +196,9 @@ def test_launcher_space_lists_every_launchable_combination_and_counts_it(framewo
     for pp in (1, 2, 3, 4):
         kept = {(comp, choice) for comp, choice in _stage_choices(problem, pp, modes)}
         for comp, choice in _stage_choices(free, pp, modes):
-            configs = [StageConfig(0, g, t, *stage_fields(rc)) for g, (t, rc) in zip(comp, choice)]
+            configs = [
+                StageConfig.of(0, g, t, *stage_fields(rc)) for g, (t, rc) in zip(comp, choice)
+            ]
             if any(_stage_settings_from(problem, configs, m) for m in counts):
                 assert (comp, choice) in kept, (pp, comp, choice)
     listed = sum(len(list(_stage_choices(problem, pp, modes))) for pp in (1, 2, 3, 4))

@@ -6,9 +6,10 @@ from __future__ import annotations
 from paraplan.catalog import load_model, load_system
 from paraplan.catalog.clusters import cluster_from_dict
 from paraplan.search.space import SearchProblem, grid, plan_of, rows
-from paraplan.specs.parallel import ParallelDims
+from paraplan.specs.parallel import DEGREE_FIELDS, DIM_NAMES, ParallelDims
 from paraplan.specs.stage_plan import stage_plan_from_dict
 from paraplan.step.per_stage import stage_settings
+from paraplan.step.placement import StageDims
 
 
 def test_plan_fields_are_the_degrees_and_the_placement_label():
@@ -68,3 +69,11 @@ def test_stage_settings_carry_the_stage_degrees_and_the_pipeline_depth():
         ParallelDims(tp=2, dp=2, pp=2),
         ParallelDims(tp=1, dp=4, pp=2),
     ]
+
+
+def test_the_array_form_of_the_degrees_names_the_placed_degrees():
+    """step.placement.StageDims (degrees as arrays over a search's candidates) holds ParallelDims' placed
+    degrees under their names, in their order."""
+    assert StageDims._fields == DIM_NAMES == ("tp", "cp", "dp", "pp")
+    assert DEGREE_FIELDS == ("tp", "cp", "dp", "pp", "ep", "etp")
+    assert DEGREE_FIELDS[: len(StageDims._fields)] == StageDims._fields

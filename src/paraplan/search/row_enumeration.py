@@ -15,7 +15,7 @@ from typing import NamedTuple
 import numpy as np
 
 from paraplan.graph.ops import ExpertShape
-from paraplan.search.options import ExpertOption, LayerKnob
+from paraplan.search.options import BatchOption, ExpertOption, Factorization, LayerKnob
 from paraplan.search.shapes import expert_shape_of, expert_spans, layer_shape_of
 from paraplan.search.space import SearchProblem
 from paraplan.specs.moe_model import moe_shaped
@@ -27,12 +27,8 @@ from paraplan.step.p2p import links_of
 
 # the columns of the row table: degrees, batch, placement, layer knobs, and the ids of the rows' entries
 COLUMNS = (
-    "tp",
-    "pp",
-    "cp",
-    "dp",
-    "micro_batch",
-    "global_batch",
+    *Factorization._fields,
+    *BatchOption._fields,
     "placement",
     "sp",
     "recompute_mode",
@@ -140,6 +136,14 @@ class KnobColumns(NamedTuple):
     offset: int = 0  # where its options start in the walk's knob table (RowEnumeration._knob_table)
 
 
+class BatchIds(NamedTuple):
+    """The entry ids of one factorization's rows at one micro-batch (RowEnumeration._batch_ids)."""
+
+    p2p: list[int]  # per placement
+    cost: list[list[int]]  # per (cost key, span pair)
+    memory: list[int]  # per memory key
+
+
 def _placement_name(name: str) -> str:
     return name
 
@@ -238,9 +242,10 @@ class RowEnumeration:
             problem.model
         )  # its graphs read the expert knobs and recomputed modules
         self._memo: dict[tuple, object] = {}
-        # the degree columns as (rows, tp, pp, cp, dp) per factorization, the knob columns as each row's option in the
-        # knob table (every KnobColumns' options, in creation order): built once after the walk (``_finish``)
-        self._degrees: list[tuple] = []
+        # the degree columns as each factorization and its count of rows, the knob columns as each row's option in
+        # the knob table (every KnobColumns' options, in creation order): built once after the walk (``_finish``)
+        self._degrees: list[Factorization] = []
+        self._degree_rows: list[int] = []
         self._knob_rows: list[np.ndarray] = []
         self._knob_table: dict[str, list] = {}
         self._knob_options = (
@@ -259,8 +264,8 @@ class RowEnumeration:
         return found
 
     def run(self, progress=None) -> None:
-        for tp, pp, cp, dp in self.problem.factorizations:
-            self._factorization(tp, pp, cp, dp)
+        for factorization in self.problem.factorizations:
+            self._factorization(factorization)
         self._finish()
         self.costings.compute(progress)
 
@@ -270,15 +275,17 @@ class RowEnumeration:
         if not self._degrees:
             return
         cols, degrees = self.columns, np.array(self._degrees, dtype=np.int64)
-        for i, name in enumerate(("tp", "pp", "cp", "dp"), start=1):
-            cols[name].append(degrees[:, i].repeat(degrees[:, 0]))
+        counts = np.array(self._degree_rows, dtype=np.int64)
+        for i, name in enumerate(Factorization._fields):
+            cols[name].append(degrees[:, i].repeat(counts))
         rows = np.concatenate(self._knob_rows)
         for name, values in self._knob_table.items():
             cols[name].append(np.concatenate(values)[rows])
 
-    def _factorization(self, tp: int, pp: int, cp: int, dp: int) -> None:
+    def _factorization(self, factorization: Factorization) -> None:
         """Intern the entries of one factorization's rows and append their columns (micro-batch, placement, knob)."""
         problem, costings = self.problem, self.costings
+        tp, pp, cp, dp = factorization.tp, factorization.pp, factorization.cp, factorization.dp
         knobs = self._knobs(tp, cp, dp)
         if knobs is None:
             return
@@ -320,7 +327,7 @@ class RowEnumeration:
             self._tag("pp", pp_spans),
         )
         ids = [self._batch_ids(tp, cp, mb, knobs, spans) for mb, _ in batches]
-        self._append(tp, pp, cp, dp, batches, placements, pids, knobs, group_of, pair_of, ids)
+        self._append(factorization, batches, placements, pids, knobs, group_of, pair_of, ids)
 
     def _knobs(self, tp: int, cp: int, dp: int) -> KnobColumns | None:
         """KnobColumns of (tp, cp) with dp's expert options (memoised on them); None when there are none."""
@@ -367,7 +374,7 @@ class RowEnumeration:
             offset,
         )
 
-    def _batch_ids(self, tp, cp, mb, knobs: KnobColumns, spans: tuple) -> tuple:
+    def _batch_ids(self, tp, cp, mb, knobs: KnobColumns, spans: tuple) -> BatchIds:
         """(p2p ids per placement, cost ids per (cost key, span pair), memory ids per memory key) at one micro-batch;
         ``spans``: the distinct (tp span, cp span) pairs of the placements, their tags, the tag of their tuple, the
         placements' pp spans and their tag (``_tag``). Each list is memoised on what its keys read: the p2p ids on the
@@ -411,10 +418,18 @@ class RowEnumeration:
                 )
                 for key, tag in zip(knobs.memory_keys, knobs.memory_tags)
             ]
-        return p2p, cost, memory
+        return BatchIds(p2p, cost, memory)
 
     def _append(
-        self, tp, pp, cp, dp, batches, placements, pids, knobs, group_of, pair_of, ids
+        self,
+        factorization: Factorization,
+        batches,
+        placements,
+        pids,
+        knobs,
+        group_of,
+        pair_of,
+        ids: list[BatchIds],
     ) -> None:
         """Append one factorization's columns: every micro-batch at once, rows ordered (micro-batch, placement,
         knob)."""
@@ -422,13 +437,14 @@ class RowEnumeration:
         n_b, n_p, n_k = len(batches), len(placements), knobs.count
         per_batch = n_p * n_k
         n = n_b * per_batch
-        p2p_ids = np.array([i[0] for i in ids], dtype=np.int64)  # (micro-batch, placement)
+        p2p_ids = np.array([i.p2p for i in ids], dtype=np.int64)  # (micro-batch, placement)
         cost_of = np.array(
-            [i[1] for i in ids], dtype=np.int64
+            [i.cost for i in ids], dtype=np.int64
         )  # (micro-batch, cost state, span pair)
-        memory_of = np.array([i[2] for i in ids], dtype=np.int64)  # (micro-batch, memory state)
-        self._degrees.append((n, tp, pp, cp, dp))  # the columns: _finish
-        for name, i in (("micro_batch", 0), ("global_batch", 1)):
+        memory_of = np.array([i.memory for i in ids], dtype=np.int64)  # (micro-batch, memory state)
+        self._degrees.append(factorization)  # the columns: _finish
+        self._degree_rows.append(n)
+        for i, name in enumerate(BatchOption._fields):
             cols[name].append(np.array([b[i] for b in batches], dtype=np.int64).repeat(per_batch))
         cols["placement"].append(_tile(np.array(pids).repeat(n_k), n_b))
         domains = np.array([spans["tp"].domains for _, spans in placements])

@@ -78,7 +78,7 @@ def derive_dp(gpus: int, degrees: dict[str, int]) -> int | None:
 
 
 # ParallelDims' degrees, each a PlanSpec field of the same name
-DEGREE_FIELDS: tuple[str, ...] = ("tp", "cp", "dp", "pp", "ep", "etp")
+DEGREE_FIELDS: tuple[str, ...] = (*DIM_NAMES, "ep", "etp")
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,7 +39,11 @@ Num = Any
 
 
 class StageDims(NamedTuple):
-    """The degrees ``placed_stage_inputs`` reads (ints, or arrays over a search's candidates)."""
+    """The degrees ``placed_stage_inputs`` reads (ints, or arrays over a search's candidates).
+
+    ParallelDims' placed degrees, named as in specs.parallel.DIM_NAMES (tests/unit/test_parallel_dims.py
+    checks): a tuple, not ParallelDims, because search.table passes each degree as a numpy array over its
+    candidates, which ParallelDims' int fields and derived degrees (world, edp) do not hold."""
 
     tp: Num
     cp: Num

@@ -3,8 +3,8 @@
 
 Written against an abstract evaluator so that it can run on any cost model: ``evaluate(stages)``
 returns a :class:`Score` (step time, per-stage times, per-stage memory overflow) or None when the
-stage list is not a valid plan. A stage is a :class:`StageConfig` (layers, GPUs, tp, recompute;
-dp = GPUs / tp).
+stage list is not a valid plan. A stage is a :class:`StageConfig` (layers, degrees, recompute): its
+GPUs are its degrees' tp·cp·dp, as a per-stage plan's stage (specs.stage_plan.StageSpec.dims).
 
 Bottleneck: the stage that does not fit (largest memory overflow) if any — the memory bottleneck —
 else the stage with the largest time. Primitives that relieve it (Aceso §4.2 lists the same kinds):
@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from paraplan.specs.parallel import ParallelDims
 from paraplan.specs.recompute import (  # noqa: F401 (recompute_label re-exported for the searches)
     COMMON_MODES,
     recompute_label,
@@ -38,15 +39,43 @@ from paraplan.specs.rules import stage_degree_rule
 
 @dataclass(frozen=True)
 class StageConfig:
+    """One stage: its layers, its degrees (tp·cp·dp GPUs, pp 1: the plan's depth is the stage count;
+    the per-stage searches keep cp = 1, specs.stage_plan) and its recompute."""
+
     layers: int
-    gpus: int
-    tp: int = 1
+    dims: ParallelDims
     recompute: str = "none"
     recompute_ops: tuple[str, ...] = ()  # per-op recompute (modules re-run); with recompute "none"
 
+    @classmethod
+    def of(
+        cls,
+        layers: int,
+        gpus: int,
+        tp: int = 1,
+        recompute: str = "none",
+        recompute_ops: tuple[str, ...] = (),
+    ) -> StageConfig:
+        """A stage of ``gpus`` GPUs at ``tp`` (cp 1, dp = gpus / tp); ValueError unless tp divides them."""
+        if rule := stage_degree_rule(gpus, tp, 0):
+            raise ValueError(rule)
+        return cls(layers, ParallelDims(tp=tp, dp=gpus // tp), recompute, tuple(recompute_ops))
+
     @property
-    def dp(self) -> int:
-        return self.gpus // self.tp
+    def gpus(self) -> int:
+        return self.dims.stage_gpus
+
+    @property
+    def tp(self) -> int:
+        return self.dims.tp
+
+    def regrouped(self, gpus: int, tp: int) -> StageConfig | None:
+        """This stage on ``gpus`` GPUs at ``tp``, its cp kept and dp following; None when tp·cp does not
+        divide the GPUs (specs.rules.stage_degree_rule)."""
+        cp = self.dims.cp
+        if stage_degree_rule(gpus, tp, 0, cp):
+            return None
+        return replace(self, dims=replace(self.dims, tp=tp, dp=gpus // (tp * cp)))
 
 
 @dataclass(frozen=True)
@@ -131,25 +160,23 @@ def moves(
                 new[j] = replace(stages[j], layers=stages[j].layers + k)
                 yield f"move {k} layer(s) stage {i} -> {j}", tuple(new)
     for tp in (s.tp * 2, s.tp // 2):
-        if tp >= 1 and stage_degree_rule(s.gpus, tp, 0) is None:
+        if tp >= 1 and (regrouped := s.regrouped(s.gpus, tp)) is not None:
             yield (
                 f"stage {i} tp {s.tp} -> {tp}",
-                stages[:i] + (replace(s, tp=tp),) + stages[i + 1 :],
+                stages[:i] + (regrouped,) + stages[i + 1 :],
             )
     for j in range(n):
         if j == i:
             continue
         donor = stages[j]
         for give in _powers(donor.gpus - 1):
-            left = donor.gpus - give
             kept, grown = (
-                stage_degree_rule(left, donor.tp, 0),
-                stage_degree_rule(s.gpus + give, s.tp, 0),
+                donor.regrouped(donor.gpus - give, donor.tp),
+                s.regrouped(s.gpus + give, s.tp),
             )
-            if kept is None and grown is None:  # both stages keep whole TP groups
+            if kept is not None and grown is not None:  # both stages keep whole TP groups
                 new = list(stages)
-                new[j] = replace(donor, gpus=left)
-                new[i] = replace(s, gpus=s.gpus + give)
+                new[j], new[i] = kept, grown
                 yield f"move {give} GPU(s) stage {j} -> {i}", tuple(new)
     current = recompute_label(s.recompute, s.recompute_ops)
     for rc, ops in recompute:

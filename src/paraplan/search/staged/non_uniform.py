@@ -21,6 +21,7 @@ import itertools
 import math
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import NamedTuple
 
 import numpy as np
@@ -47,7 +48,6 @@ from paraplan.search.staged.problem import depth_allowed, launchable, searched_m
 from paraplan.search.staged.splits import best_splits, split_launchable
 from paraplan.search.staged.uniform_seed import uniform_seeds
 from paraplan.specs.errors import InputError
-from paraplan.specs.parallel import ParallelDims
 from paraplan.specs.recompute import stage_fields
 from paraplan.specs.rules import even_share, stage_degree_rule
 from paraplan.specs.stage_plan import StagePlanSpec, stage_block_ranges
@@ -60,16 +60,17 @@ def _stage_settings_from(
     problem: HeteroProblem, configs, microbatches: int
 ) -> list[StageSetting] | None:
     """The StageSettings of these per-stage configs on the one pool, or None when a stage breaks a rule
-    of a per-stage plan (specs.rules: stage_degree_rule, stage_rules), its tp leaves a node (the
+    of a per-stage plan (specs.rules.stage_rules; its degrees fill its GPUs, StageConfig.of and
+    StageConfig.regrouped check stage_degree_rule), its tp leaves a node (the
     search keeps tensor parallelism inside NVLink, as AMP and Aceso do) or the framework's launcher does
     not run the stages (problem.launchable)."""
     pool = problem.cluster.pools[0]
     offset = 0
     out = []
     for i, c in enumerate(configs):
-        if stage_degree_rule(c.gpus, c.tp, 0) or c.tp > pool.gpus_per_node:
+        if c.tp > pool.gpus_per_node:
             return None
-        dims = ParallelDims(tp=c.tp, dp=c.gpus // c.tp, pp=len(configs))
+        dims = replace(c.dims, pp=len(configs))
         slices = ((pool.name, offset, c.gpus),)
         if not _stage_ok(problem, i, dims, slices, microbatches):
             return None
@@ -203,7 +204,9 @@ def _exact(
     modes = searched_modes(problem)
     for pp in filter(lambda pp: depth_allowed(problem, pp), range(1, max_stages + 1)):
         for comp, choice in _stage_choices(problem, pp, modes):
-            configs = [StageConfig(0, g, t, *stage_fields(rc)) for g, (t, rc) in zip(comp, choice)]
+            configs = [
+                StageConfig.of(0, g, t, *stage_fields(rc)) for g, (t, rc) in zip(comp, choice)
+            ]
             for m in counts:
                 settings = _stage_settings_from(problem, configs, m)
                 if settings is not None:
@@ -241,9 +244,9 @@ AMP_START_SHARE = 0.0
 
 
 def _configs_of(plan: StagePlanSpec, n_blocks: int) -> tuple[StageConfig, ...]:
-    """The per-stage configs (StageConfig: blocks, GPUs, tp, recompute) of a per-stage plan."""
+    """The per-stage configs (StageConfig: blocks, degrees, recompute) of a per-stage plan."""
     return tuple(
-        StageConfig(b - a, s.gpus, s.tp, s.recompute, tuple(s.recompute_ops))
+        StageConfig(b - a, s.dims, s.recompute, tuple(s.recompute_ops))
         for s, (a, b) in zip(plan.stages, stage_block_ranges(plan, n_blocks))
     )
 
