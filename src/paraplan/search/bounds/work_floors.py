@@ -54,6 +54,8 @@ class ModeFloors:
     held: dict
     # per mode, each kind's floor of what a DualPipe pair cannot hide of it (LayerFloors.kept); {}: none known
     paired: dict = field(default_factory=dict)
+    # per mode, each kind's floor of its work with the dispatch and combine unhidden (LayerFloors.raw); {}: none known
+    raw: dict = field(default_factory=dict)
 
 
 def work_floors(
@@ -102,6 +104,12 @@ def work_floors(
         found = entries.dispatch[j]
         return dispatch(*found, entries.computes[j]) if found is not None else 0.0
 
+    def raw_dispatch(
+        j,
+    ):  # an entry's least raw EP terms (_DispatchTable.raw; 0 without a per-option split)
+        found = entries.dispatch[j]
+        return dispatch.table(*found).raw if found is not None else 0.0
+
     share = system_pair_share(problem.system)
 
     def pair_slowed(j):
@@ -111,11 +119,17 @@ def work_floors(
 
     work: dict[str, dict] = {}
     paired: dict[str, dict] = {}
+    raw: dict[str, dict] = {}
     start = 0
     for (mode, name), stop in zip(entries.keys, entries.stops):
         work.setdefault(mode, {})[name] = least_with(
             total[start:stop], lambda j, start=start: exposed_dispatch(start + j)
         )
+        if any(found is not None for found in entries.dispatch[start:stop]):
+            # with the dispatch unhidden, what a pass run unpaired pays (LayerFloors.raw)
+            raw.setdefault(mode, {})[name] = least_with(
+                total[start:stop], lambda j, start=start: raw_dispatch(start + j)
+            )
         # the entries' sums leave out the EP terms: with each one's compute slowed where it dispatches, the least is
         # the kind's floor of what a pair cannot hide (LayerFloors.kept)
         paired.setdefault(mode, {})[name] = least_with(
@@ -126,7 +140,7 @@ def work_floors(
         for name in model_block_kinds(problem.model):
             work[mode].setdefault(name, 0.0)
             paired[mode].setdefault(name, 0.0)
-    return ModeFloors(work, entries.kept, entries.held, paired)
+    return ModeFloors(work, entries.kept, entries.held, paired, raw)
 
 
 @dataclass(frozen=True)
