@@ -379,7 +379,7 @@ class RowTable:
                 kept = rest if kept is None else np.minimum(kept, rest)
             self._work[need] = least
             self._kept[need] = np.maximum(kept, 0.0)
-            self._layers[:, need] = whole, unpaired
+            self._layers[0, need], self._layers[1, need] = whole, unpaired  # either may be a number
             self._worked[need] = True
         return self._work[units]
 
