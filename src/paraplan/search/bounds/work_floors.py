@@ -104,12 +104,6 @@ def work_floors(
         found = entries.dispatch[j]
         return dispatch(*found, entries.computes[j]) if found is not None else 0.0
 
-    def raw_dispatch(
-        j,
-    ):  # an entry's least raw EP terms (_DispatchTable.raw; 0 without a per-option split)
-        found = entries.dispatch[j]
-        return dispatch.table(*found).raw if found is not None else 0.0
-
     share = system_pair_share(problem.system)
 
     def pair_slowed(j):
@@ -119,17 +113,11 @@ def work_floors(
 
     work: dict[str, dict] = {}
     paired: dict[str, dict] = {}
-    raw: dict[str, dict] = {}
     start = 0
     for (mode, name), stop in zip(entries.keys, entries.stops):
         work.setdefault(mode, {})[name] = least_with(
             total[start:stop], lambda j, start=start: exposed_dispatch(start + j)
         )
-        if any(found is not None for found in entries.dispatch[start:stop]):
-            # with the dispatch unhidden, what a pass run unpaired pays (LayerFloors.raw)
-            raw.setdefault(mode, {})[name] = least_with(
-                total[start:stop], lambda j, start=start: raw_dispatch(start + j)
-            )
         # the entries' sums leave out the EP terms: with each one's compute slowed where it dispatches, the least is
         # the kind's floor of what a pair cannot hide (LayerFloors.kept)
         paired.setdefault(mode, {})[name] = least_with(
@@ -140,7 +128,26 @@ def work_floors(
         for name in model_block_kinds(problem.model):
             work[mode].setdefault(name, 0.0)
             paired[mode].setdefault(name, 0.0)
-    return ModeFloors(work, entries.kept, entries.held, paired, raw)
+    return ModeFloors(
+        work, entries.kept, entries.held, paired, _raw_floors(entries, total, dispatch)
+    )
+
+
+def _raw_floors(entries: _WorkEntries, total: list, dispatch: DispatchFloors) -> dict:
+    """Per mode, each kind with an entry that adds a dispatch: the least over its entries of their sums (``total``)
+    plus their least raw dispatch and combine (_DispatchTable.raw; 0 for an entry without), its work with the
+    dispatch unhidden, what a pass run unpaired pays (LayerFloors.raw; work_floors)."""
+    raw: dict[str, dict] = {}
+    start = 0
+    for (mode, name), stop in zip(entries.keys, entries.stops):
+        found = entries.dispatch[start:stop]
+        if any(f is not None for f in found):
+            raw.setdefault(mode, {})[name] = least_with(
+                total[start:stop],
+                lambda j, found=found: 0.0 if found[j] is None else dispatch.table(*found[j]).raw,
+            )
+        start = stop
+    return raw
 
 
 @dataclass(frozen=True)
