@@ -63,7 +63,7 @@ from paraplan.step.compose import (
 )
 from paraplan.step.constants import system_pair_share
 from paraplan.step.dualpipe import overlapped_pairs, pair_compute_s
-from paraplan.step.layout import model_layer_counts, model_layer_kinds
+from paraplan.step.layout import model_layer_counts
 
 # a block search's row tables ask again for the cost ids (layer shape, spans) of earlier blocks' tables (DeepSeek-V3
 # over every axis: 12,600 kind costings asked, 7,560 distinct): memoised across tables; pure functions of their
@@ -107,7 +107,10 @@ class RowTable:
         }
         c["recompute"] = MODE_CODES[c["recompute_mode"]]  # the step code of each row's mode
         self.size = len(c["tp"])
-        self.layer_kinds = model_layer_kinds(problem.model)
+        self.layer_counts = model_layer_counts(
+            problem.model
+        )  # (kind, its layers): pp 1's one stage
+        self.layer_kinds = tuple(kind for kind, _ in self.layer_counts)
         self.expert_choices = list(walk.expert_ids)
         if not self.size:
             self.facts = None
@@ -361,7 +364,7 @@ class RowTable:
             overlap = tp_overlap(c["overlap_tp"][rows].astype(bool), c["tp_domains"][rows])
             least = kept = None
             whole = unpaired = 0.0
-            for kind, layers in model_layer_counts(self.problem.model):
+            for kind, layers in self.layer_counts:
                 facts = stack(self._kind_cost(kind, cid.tolist()), ids.reshape(-1))
                 terms = kind_terms(kind, facts.compute, facts.comm, c["recompute"][rows], overlap)
                 work = 0.0
@@ -473,7 +476,9 @@ class RowTable:
         m = facts.microbatches[rows]
         bound = m * (fullest * unit + p2p) + bubble
         if work is None:
-            bound = np.maximum(bound, self._one_stage_s(rows, m, pp))
+            one = np.flatnonzero(pp == 1)
+            if one.size:  # rows with one stage (``_one_stage_s``)
+                bound[one] = np.maximum(bound[one], self._one_stage_s(rows[one], m[one], pp[one]))
         if not np.any(dualpipe):
             return bound
         pairs = overlapped_pairs(pp, m)
@@ -483,11 +488,10 @@ class RowTable:
         return np.where(at_rows(dualpipe, rows), paired, bound)
 
     def _one_stage_s(self, rows: np.ndarray, m: np.ndarray, pp: np.ndarray) -> np.ndarray:
-        """Per row of ``rows``, a floor of its step where it has one stage (pp 1), 0 elsewhere: the stage holds every
-        layer (step.layout.model_layer_counts: n_k of each kind k) and compose_step adds the A2A overlap's unpaired
-        passes (step.block_terms.unpaired_passes_s), so the step is at least m·Σ_k n_k·w_k + Σ_k n_k·U_k, w_k the
-        unit's layer work of kind k (``_unit_work``), U_k what it adds run unpaired (unpaired_ep_exposure_s), the
-        other blocks and the tail >= 0; times SAFETY (the same sums in another order). Its units worked out."""
+        """Per row of ``rows`` (units worked out), a floor of its step where it has one stage (pp 1), 0 elsewhere: the
+        stage holds every layer (``layer_counts``: n_k of kind k) and compose_step adds the A2A overlap's unpaired passes
+        (step.block_terms.unpaired_passes_s), so the step is at least m·Σ_k n_k·w_k + Σ_k n_k·U_k, w_k the unit's work
+        of kind k, U_k its unpaired_ep_exposure_s, other blocks and the tail >= 0; times SAFETY (sums in another order)."""
         units = self.unit[rows]
         whole, unpaired = self._layers[:, units]
         step = (np.where(pp == 1, m * whole, 0.0) + unpaired_passes_s(pp, unpaired)) * SAFETY
