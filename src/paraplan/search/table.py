@@ -55,12 +55,8 @@ from paraplan.step.build import (
     system_terms,
     tp_overlap,
 )
-from paraplan.step.compose import (
-    BLOCK_TERM_NAMES,
-    StepInputs,
-    unpaired_ep_exposure_s,
-    unpaired_passes_s,
-)
+from paraplan.step.block_terms import unpaired_ep_exposure_s, unpaired_passes_s
+from paraplan.step.compose import BLOCK_TERM_NAMES, StepInputs
 from paraplan.step.constants import system_pair_share
 from paraplan.step.dualpipe import overlapped_pairs, pair_compute_s
 from paraplan.step.layout import model_layer_counts
@@ -111,6 +107,8 @@ class RowTable:
             problem.model
         )  # (kind, its layers): pp 1's one stage
         self.layer_kinds = tuple(kind for kind, _ in self.layer_counts)
+        # a floor of a pp-1 row above m·L·u where the layers differ or may dispatch (``_one_stage_s``)
+        self._one_stage = problem.model.is_moe or len(self.layer_counts) > 1
         self.expert_choices = list(walk.expert_ids)
         if not self.size:
             self.facts = None
@@ -127,8 +125,7 @@ class RowTable:
         self._work = np.zeros(len(self.first))  # each unit's layer work (``_unit_work``)
         # its floor of what a DualPipe pair cannot hide: less its EP parts, compute over the pair's SM share
         self._kept = np.zeros(len(self.first))
-        # its layers' work summed, each kind's layers all, and what they add run unpaired (``_one_stage_s``)
-        self._layers = np.zeros((2, len(self.first)))
+        self._layers = np.zeros((2, len(self.first)))  # every layer's work, their unpaired passes
         self._share = system_pair_share(problem.system)
         self._worked = np.zeros(len(self.first), dtype=bool)
         self.blocks = None  # per kind, every unit's BlockCost (allocate), filled as read
@@ -373,8 +370,9 @@ class RowTable:
                 ) in BLOCK_TERM_NAMES:  # the time parts (``wgrad`` is a share of ``backward``)
                     work = work + getattr(terms, name)
                 least = work if least is None else np.minimum(least, work)
-                whole = whole + layers * work
-                unpaired = unpaired + layers * unpaired_ep_exposure_s(terms)
+                if self._one_stage:
+                    whole = whole + layers * work
+                    unpaired = unpaired + layers * unpaired_ep_exposure_s(terms)
                 # what a DualPipe pair cannot hide (step.dualpipe.overlapped_pair_s): C/s + X, s where it dispatches
                 compute = terms.forward + terms.backward + terms.recompute
                 paired = pair_compute_s(compute, terms.ep_comm > 0.0, self._share)
@@ -475,7 +473,7 @@ class RowTable:
         )
         m = facts.microbatches[rows]
         bound = m * (fullest * unit + p2p) + bubble
-        if work is None:
+        if work is None and self._one_stage:
             one = np.flatnonzero(pp == 1)
             if one.size:  # rows with one stage (``_one_stage_s``)
                 bound[one] = np.maximum(bound[one], self._one_stage_s(rows[one], m[one], pp[one]))
