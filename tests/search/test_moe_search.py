@@ -621,14 +621,20 @@ def test_row_bounds_are_admissible_with_split_backward_schedules():
     p = mixtral_problem(
         schedules=("1f1b", "zb-h1", "dualpipe"), pp=(2, 4), global_batch=64, micro_batch=(1, 2)
     )
+    _, _, bound, best = row_bounds_and_steps(p)
+    assert len(best) > 100
+    assert all(bound[r] <= step for r, step in best.items())
+
+
+def row_bounds_and_steps(p):
+    """(row table, grid index, RowTable.lower_bounds of every row, {row: least step of its feasible candidates})."""
     table = RowTable(p)
     options = GridIndex(p, table)
     bound = table.lower_bounds(options.v_max, options.split_backward)
     best: dict[int, float] = {}
     for item in search(p, top_k=10, collect_all=True).all_feasible:
         best[item["row"]] = min(best.get(item["row"], math.inf), item["step_time_s"])
-    assert len(best) > 100
-    assert all(bound[r] <= step for r, step in best.items())
+    return table, options, bound, best
 
 
 def tiny_deepseek():

@@ -165,9 +165,9 @@ def test_per_stage_check_refuses_parallelism_a_pools_stack_does_not_run():
         "plan.tp",
         "plan.pp",
     ]  # named once, though two stages use them
-    # a one-device loop: the stage's 8 data-parallel replicas are refused
+    # a one-device loop: the plan's 8 GPUs are refused first, as the uniform estimate names them
     eager = framework_cluster(load_framework("pytorch-eager"), plain)
-    assert fields(eager, plan(1, 1)) == ["plan.dp"]
+    assert fields(eager, plan(1, 1)) == ["gpus"]
 
 
 def test_a_parallelism_list_names_each_kind_once():

@@ -158,3 +158,25 @@ def put(store, index: np.ndarray, value) -> None:
         return
     for k, v in store.items():
         put(v, index, value[k])
+
+
+def at_rows(value, rows: np.ndarray):
+    """value[rows] of a per-row array; a number as it is."""
+    return value[rows] if np.ndim(value) else value
+
+
+def missing(units: np.ndarray, done: np.ndarray) -> np.ndarray:
+    """The distinct units among ``units`` not ``done`` yet, in increasing order (no np.unique: it imports
+    numpy.ma, ~7 ms of a search's start)."""
+    wanted = np.zeros(len(done), dtype=bool)
+    wanted[units] = True
+    return np.flatnonzero(wanted & ~done)
+
+
+def padded(facts, width: int):
+    """A step.build.BlockCostFacts with its small-tensor list padded with zeros to ``width`` entries (``stack``'s
+    padding)."""
+    small = tuple(facts.small_numels)
+    if len(small) == width:
+        return facts
+    return facts._replace(small_numels=small + (0.0,) * (width - len(small)))

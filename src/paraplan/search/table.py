@@ -18,7 +18,8 @@ from functools import lru_cache
 
 import numpy as np
 
-from paraplan.search.arrays import allocate, put, stack, take
+from paraplan.search.arrays import allocate, at_rows, missing, padded, put, stack, take
+from paraplan.search.bounds import SAFETY
 from paraplan.search.columns import (
     MODE_CODES,
     SCHEDULE_FIELDS,
@@ -38,7 +39,6 @@ from paraplan.specs.split import accounted_units, default_first_last, grouped_sp
 from paraplan.specs.tp_layout import TP_LAYOUTS
 from paraplan.step.placement import StageDims, placed_stage_inputs, stages_tile
 from paraplan.step.build import (
-    BlockCostFacts,
     BlockFacts,
     GridKnobs,
     RowFacts,
@@ -55,10 +55,11 @@ from paraplan.step.build import (
     system_terms,
     tp_overlap,
 )
+from paraplan.step.block_terms import unpaired_ep_exposure_s, unpaired_passes_s
 from paraplan.step.compose import BLOCK_TERM_NAMES, StepInputs
 from paraplan.step.constants import system_pair_share
 from paraplan.step.dualpipe import overlapped_pairs, pair_compute_s
-from paraplan.step.layout import model_layer_kinds
+from paraplan.step.layout import model_layer_counts
 
 # a block search's row tables ask again for the cost ids (layer shape, spans) of earlier blocks' tables (DeepSeek-V3
 # over every axis: 12,600 kind costings asked, 7,560 distinct): memoised across tables; pure functions of their
@@ -102,7 +103,12 @@ class RowTable:
         }
         c["recompute"] = MODE_CODES[c["recompute_mode"]]  # the step code of each row's mode
         self.size = len(c["tp"])
-        self.layer_kinds = model_layer_kinds(problem.model)
+        self.layer_counts = model_layer_counts(
+            problem.model
+        )  # (kind, its layers): pp 1's one stage
+        self.layer_kinds = tuple(kind for kind, _ in self.layer_counts)
+        # a floor of a pp-1 row above m·L·u where the layers differ or may dispatch (``_one_stage_s``)
+        self._one_stage = problem.model.is_moe or len(self.layer_counts) > 1
         self.expert_choices = list(walk.expert_ids)
         if not self.size:
             self.facts = None
@@ -115,10 +121,11 @@ class RowTable:
         self.facts = self.step_facts = self._facts(costings)
         self.constants = system_terms(problem.system, problem.dtype, problem.runtime)
         self.kinds = tuple(model_block_kinds(problem.model))
-        self._kind_facts = {kind: {} for kind in self.kinds}  # cost id -> BlockCostFacts
+        self._kind_facts = {kind: {} for kind in self.kinds}  # cost id -> step.build.BlockCostFacts
         self._work = np.zeros(len(self.first))  # each unit's layer work (``_unit_work``)
         # its floor of what a DualPipe pair cannot hide: less its EP parts, compute over the pair's SM share
         self._kept = np.zeros(len(self.first))
+        self._layers = np.zeros((2, len(self.first)))  # every layer's work, their unpaired passes
         self._share = system_pair_share(problem.system)
         self._worked = np.zeros(len(self.first), dtype=bool)
         self.blocks = None  # per kind, every unit's BlockCost (allocate), filled as read
@@ -256,7 +263,7 @@ class RowTable:
         facts = {}
         for kind in self.kinds:
             costs = [
-                _padded(
+                padded(
                     kind_cost_facts(model, system, self.costings.costs[cid].shape, *pair, kind),
                     widths[kind],
                 )
@@ -319,7 +326,7 @@ class RowTable:
         """Cost every block kind of the units ``units`` not costed yet into ``blocks``: the BlockCost
         ``step.build.kind_blocks`` gives their rows' facts (the small-tensor lists padded to the width a table of
         every unit has, the longest list of the kind: arrays.stack)."""
-        need = _missing(units, self._costed)
+        need = missing(units, self._costed)
         if not need.size:
             return
         rows, c = self.first[need], self.columns
@@ -329,7 +336,7 @@ class RowTable:
         widths = self._small_widths()
         facts = {}
         for kind in self.kinds:
-            costs = [_padded(f, widths[kind]) for f in self._kind_cost(kind, cid.tolist())]
+            costs = [padded(f, widths[kind]) for f in self._kind_cost(kind, cid.tolist())]
             facts[kind] = BlockFacts.of(
                 stack(costs, ids.reshape(-1)), stack([m[kind] for m in memories], mids.reshape(-1))
             )
@@ -347,13 +354,14 @@ class RowTable:
     def _unit_work(self, units: np.ndarray) -> np.ndarray:
         """Each unit's layer work u: the per-micro-batch terms of its cheapest kind of decoder layer, summed
         (``lower_bounds``); the layer kinds' blocks costed for the units not worked out yet."""
-        need = _missing(units, self._worked)
+        need = missing(units, self._worked)
         if need.size:
             rows, c = self.first[need], self.columns
             cid, ids = np.unique(c["cost_id"][rows], return_inverse=True)
             overlap = tp_overlap(c["overlap_tp"][rows].astype(bool), c["tp_domains"][rows])
             least = kept = None
-            for kind in self.layer_kinds:
+            whole = unpaired = 0.0
+            for kind, layers in self.layer_counts:
                 facts = stack(self._kind_cost(kind, cid.tolist()), ids.reshape(-1))
                 terms = kind_terms(kind, facts.compute, facts.comm, c["recompute"][rows], overlap)
                 work = 0.0
@@ -362,6 +370,9 @@ class RowTable:
                 ) in BLOCK_TERM_NAMES:  # the time parts (``wgrad`` is a share of ``backward``)
                     work = work + getattr(terms, name)
                 least = work if least is None else np.minimum(least, work)
+                if self._one_stage:
+                    whole = whole + layers * work
+                    unpaired = unpaired + layers * unpaired_ep_exposure_s(terms)
                 # what a DualPipe pair cannot hide (step.dualpipe.overlapped_pair_s): C/s + X, s where it dispatches
                 compute = terms.forward + terms.backward + terms.recompute
                 paired = pair_compute_s(compute, terms.ep_comm > 0.0, self._share)
@@ -369,6 +380,7 @@ class RowTable:
                 kept = rest if kept is None else np.minimum(kept, rest)
             self._work[need] = least
             self._kept[need] = np.maximum(kept, 0.0)
+            self._layers[0, need], self._layers[1, need] = whole, unpaired  # either may be a number
             self._worked[need] = True
         return self._work[units]
 
@@ -448,44 +460,39 @@ class RowTable:
         facts = self.facts
         links = self.links  # every stage of a pipeline exchanges at least once (step.p2p.exchanges)
         ids = self.columns["p2p_id"][rows]
-        least_link = np.minimum(_at(links.inner_s, ids), _at(links.outer_s, ids))
+        least_link = np.minimum(at_rows(links.inner_s, ids), at_rows(links.outer_s, ids))
         # an interleaved schedule that overlaps its transfers may hide them all (step.p2p.overlapped_p2p_exposed_s);
         # step.compose hides them only there, so a row keeps one exchange unless its grid has that schedule
         overlap = self.problem.system.accelerator.efficiency.runtime.p2p_overlap
-        hidden = (_at(v_max, rows) > 1) & bool(overlap)
+        hidden = (at_rows(v_max, rows) > 1) & bool(overlap)
         p2p = np.where((facts.pp[rows] > 1) & ~hidden, least_link, 0.0)
         layers, pp = self.problem.model.layers, self.columns["pp"][rows]
         fullest = -(-layers // pp)
         bubble = np.where(
-            _at(split_backward, rows), 0.0, (layers - fullest) * unit / _at(v_max, rows)
+            at_rows(split_backward, rows), 0.0, (layers - fullest) * unit / at_rows(v_max, rows)
         )
         m = facts.microbatches[rows]
         bound = m * (fullest * unit + p2p) + bubble
+        if work is None and self._one_stage:
+            one = np.flatnonzero(pp == 1)
+            if one.size:  # rows with one stage (``_one_stage_s``)
+                bound[one] = np.maximum(bound[one], self._one_stage_s(rows[one], m[one], pp[one]))
         if not np.any(dualpipe):
             return bound
         pairs = overlapped_pairs(pp, m)
         stage = fullest * unit + p2p
         paired = (m - pairs) * stage + pairs * np.maximum(fullest * kept, stage / 2.0) + bubble
-        paired = np.where(_at(dualpipe_only, rows), paired, np.minimum(paired, bound))
-        return np.where(_at(dualpipe, rows), paired, bound)
+        paired = np.where(at_rows(dualpipe_only, rows), paired, np.minimum(paired, bound))
+        return np.where(at_rows(dualpipe, rows), paired, bound)
 
-
-def _at(value, rows: np.ndarray):
-    """value[rows] of a per-row array; a number as it is."""
-    return value[rows] if np.ndim(value) else value
-
-
-def _missing(units: np.ndarray, done: np.ndarray) -> np.ndarray:
-    """The distinct units among ``units`` not ``done`` yet, in increasing order (no np.unique: it imports
-    numpy.ma, ~7 ms of a search's start)."""
-    wanted = np.zeros(len(done), dtype=bool)
-    wanted[units] = True
-    return np.flatnonzero(wanted & ~done)
-
-
-def _padded(facts: BlockCostFacts, width: int) -> BlockCostFacts:
-    """The facts with their small-tensor list padded with zeros to ``width`` entries (arrays.stack's padding)."""
-    small = tuple(facts.small_numels)
-    if len(small) == width:
-        return facts
-    return facts._replace(small_numels=small + (0.0,) * (width - len(small)))
+    def _one_stage_s(self, rows: np.ndarray, m: np.ndarray, pp: np.ndarray) -> np.ndarray:
+        """Per row of ``rows`` (units worked out), a floor of its step where it has one stage (pp 1), 0 elsewhere: the
+        stage holds every layer (``layer_counts``: n_k of kind k) and compose_step adds the A2A overlap's unpaired passes
+        (step.block_terms.unpaired_passes_s), so the step is at least m·Σ_k n_k·w_k + Σ_k n_k·U_k, w_k the unit's work
+        of kind k, U_k its unpaired_ep_exposure_s, other blocks and the tail >= 0; times SAFETY (sums in another order)."""
+        units = self.unit[rows]
+        whole, unpaired = self._layers[:, units]
+        step = (np.where(pp == 1, m * whole, 0.0) + unpaired_passes_s(pp, unpaired)) * SAFETY
+        if not self._all_tiles() and self._varies[rows].any():  # stages on their own spans
+            step = np.where(self._varies[rows], 0.0, step)
+        return step

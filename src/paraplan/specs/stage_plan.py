@@ -61,6 +61,7 @@ from paraplan.specs.rules_schedule import schedule_batch_rule, schedule_vpp_rule
 from paraplan.specs.rules_stack import (
     engine_schedule_rule,
     engine_zero_rule,
+    stack_gpus_rule,
     stack_parallelism_rules,
 )
 from paraplan.specs.strict import InputModel
@@ -331,10 +332,16 @@ def stage_accelerator_violations(plan: StagePlanSpec, pools) -> list[Violation]:
 def stage_stack_violations(plan: StagePlanSpec, pools) -> list[Violation]:
     """The parallel kinds the plan uses that the stack of a pool its stages use does not run
     (specs.rules_stack.stack_parallelism_rules on efficiency.runtime.parallelism, a uniform plan's check):
-    the stages' tp, cp and dp, the plan's pp, sequence parallelism and TP overlap, each named once."""
+    the stages' tp, cp and dp, the plan's pp, sequence parallelism and TP overlap, each named once; a loop that
+    runs on one device is refused the plan's GPUs first (stack_gpus_rule, as the uniform estimate names it)."""
     out: list[Violation] = []
+    gpus = sum(s.gpus for s in plan.stages)
     for pool in pools:
         runs = pool.system.accelerator.efficiency.runtime.parallelism
+        if rule := stack_gpus_rule(runs, gpus):
+            if (v := Violation("gpus", gpus, rule)) not in out:
+                out.append(v)
+            continue
         for s in plan.stages:
             dims = replace(s.dims, pp=plan.pp)
             for rule in stack_parallelism_rules(

@@ -349,8 +349,22 @@ def unpaired_ep_exposure_s(terms: BlockTerms) -> Num:
     backward. Those two passes pay their all-to-alls whole where ``expert_exposure`` priced every pass as
     overlapped: (F_raw + B_raw) − (F_exposed + B_exposed) = ``ep_comm − ep_forward − ep_backward``; exactly 0
     without the overlap, where the exposure is the raw time (the same sum, so the comparison is equal)."""
-    exposed = terms.ep_forward + terms.ep_backward
-    return where(terms.ep_comm > exposed, terms.ep_comm - exposed, 0.0)
+    return unpaired_pass_s(terms.ep_comm, terms.ep_forward + terms.ep_backward)
+
+
+def unpaired_pass_s(raw: Num, exposed: Num) -> Num:
+    """What a pass run alone adds over its overlapped price: ``raw − exposed`` where the raw (nothing hidden)
+    seconds exceed the exposed ones, else 0 (``unpaired_ep_exposure_s``' rule; the search's floors read it with
+    floors of a block's work, its dispatch and combine raw and exposed: search.bounds.step_floors)."""
+    return where(raw > exposed, raw - exposed, 0.0)
+
+
+def unpaired_passes_s(pp: Num, unpaired: Num) -> Num:
+    """What the A2A overlap's unpaired passes add to a step whose slowest stage's blocks add ``unpaired``
+    (``unpaired_ep_exposure_s`` summed, or a floor of it): all of it without pipelining (pp 1, Megatron-Core's
+    ``combined_1f1b_schedule_for_no_pipelining``, ``unpaired_ep_exposure_s``), nothing with pp > 1 (the interleaved
+    form's warm-up and cool-down passes: not priced, docs/model.md §8)."""
+    return where(pp == 1, unpaired, 0.0)
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,7 @@ from paraplan.step.block_terms import (  # noqa: F401
     expert_exposure,
     recompute_s,
     unpaired_ep_exposure_s,
+    unpaired_passes_s,
 )
 from paraplan.step.inputs import (  # noqa: F401
     GRAD_REDUCE_BYTES,
@@ -257,7 +258,7 @@ def _pipeline(inp: StepInputs) -> dict:
     unpaired = _pick(
         slowest, [sum_blocks(s, lambda b: unpaired_ep_exposure_s(b.terms)) for s in stages], masks
     )
-    part["ep_forward"] = part["ep_forward"] + where(inp.pp == 1, unpaired, 0.0)
+    part["ep_forward"] = part["ep_forward"] + unpaired_passes_s(inp.pp, unpaired)
     if pairs is not None:
         part = _paired_parts(inp, part, slowest_parts, pair_s)
     return {

@@ -36,6 +36,7 @@ from typing import Any, Callable, NamedTuple
 
 from paraplan.cost.elementwise import any_true, is_array, maximum, minimum, where
 from paraplan.specs.rules_schedule import SCHEDULE_RULES, ScheduleRules
+from paraplan.step.block_terms import unpaired_passes_s
 from paraplan.step.dualpipe import overlapped_pairs
 from paraplan.step.inputs import backward_s, forward_s
 from paraplan.step.schedule_orders import (  # noqa: F401 (route_*: re-exported for the timeline)
@@ -440,16 +441,21 @@ def weight_copies(knobs) -> Num:
     return by_schedule(knobs, lambda s: s.weight_copies)
 
 
-def schedule_step_floor(schedule: str, v: int, m: int, pp: int, slowest, total, rho, stages=None):
+def schedule_step_floor(
+    schedule: str, v: int, m: int, pp: int, slowest, total, rho, stages=None, unpaired=None
+):
     """A floor of m·S + bubble at floors S0 = ``slowest``, T0 = ``total`` of the slowest stage's and all
-    stages' work (each form growing with S and T, search/bounds/blocks.py): m·S0 + ``bubble.floor_s``; for a
+    stages' work (each form growing with S and T, search/bounds/blocks.py): m·S0 + ``bubble.floor_s``, plus
+    the A2A overlap's unpaired passes at ``unpaired`` (None: 0), a floor of what they add with S at least S0
+    (step.block_terms.unpaired_passes_s: at pp 1; search.bounds.step_floors.unpaired_floor_s); for a
     schedule with stage floors (``bubble.stage_floor_s``: DualPipe) the largest over the stages of its steady
     and bubble floors, ``stages`` = (largest steady floor, largest bubble floor) when the caller has them
     (search.bounds.step_floors.paired_stage_floors), else the slowest stage's at K0 = 0 (a floor of the
     stage's steady state the step takes at least). Floats or arrays over blocks."""
     bubble = SCHEDULES[schedule].bubble
     if bubble.stage_floor_s is None:
-        return m * slowest + bubble.floor_s(v, pp, slowest, total, rho)
+        step = m * slowest + bubble.floor_s(v, pp, slowest, total, rho)
+        return step if unpaired is None else step + unpaired_passes_s(pp, unpaired)
     if stages is None:
         stages = bubble.stage_floor_s(m, pp, slowest, 0.0, rho)
     return stages[0] + stages[1]

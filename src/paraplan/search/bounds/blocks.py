@@ -157,7 +157,7 @@ def layer_floors(
     experts = costing_experts(problem, tp) if shaped else ()
     work: dict[str, float] = {}
     forward: dict[str, float] = {}
-    rho, kept = 0.0, {}
+    rho, kept, raw, unhidden = 0.0, {}, {}, False
     floors_of = KindFloors(problem, experts) if shaped else None
     for key in knobs:
         shape = layer_shape_of(
@@ -172,6 +172,9 @@ def layer_floors(
                 floor,
             ) in kinds:  # the least of what a DualPipe pair cannot hide (KindFloor.kept)
                 kept[name] = min(kept.get(name, math.inf), floor.paired)
+                # the least with the dispatch unhidden (LayerFloors.raw), ``work`` where a kind has no raw floor
+                raw[name] = min(raw.get(name, math.inf), floor.unhidden)
+                unhidden = unhidden or floor.raw is not None
             if not work:  # the first knob (most keys have one): its floors as they are
                 work = {name: floor.work for name, floor in kinds}
                 forward = {name: floor.forward for name, floor in kinds}
@@ -190,7 +193,7 @@ def layer_floors(
                 rho,
                 c.gemm_backward / (c.forward + c.backward) if c.forward + c.backward > 0 else 0.0,
             )
-    return LayerFloors(work, rho, forward, kept or None)
+    return LayerFloors(work, rho, forward, kept or None, raw if unhidden else None)
 
 
 def costing_class(problem: SearchProblem, block: Block) -> tuple:
@@ -227,6 +230,7 @@ def memory_floors(
     kept: dict[str, dict] = {}
     held: dict[str, dict] = {}
     paired: dict[str, dict] = {}
+    raw: dict[str, dict] = {}
     pair_kept = floors.paired
     for sp, mode, layout, rows in dict.fromkeys(
         (sp, rc, layout, rows or 0) for sp, rc, _, layout, rows in problem.layer_knobs(tp, cp)
@@ -255,7 +259,13 @@ def memory_floors(
             + (floors.forward[name] if full and BLOCK_KINDS[name].recomputed else 0.0)
             for name in kinds
         }
-    return ModeFloors(work, kept, held, paired)
+        if floors.raw is not None:  # and work with the dispatch unhidden (LayerFloors.raw)
+            raw[mode] = {
+                name: floors.raw[name]
+                + (floors.forward[name] if full and BLOCK_KINDS[name].recomputed else 0.0)
+                for name in kinds
+            }
+    return ModeFloors(work, kept, held, paired, raw)
 
 
 EXACT = "exact"  # the level of search.run's block queue that replaces cheap layer floors by the exact ones
@@ -352,15 +362,29 @@ def refined_bound(
         pair_kept = floors.paired
         mode_kept = mode_floors.paired.get(mode, {})
         paired = {name: max(value, mode_kept.get(name, 0.0)) for name, value in pair_kept.items()}
+        # and of the work with the dispatch unhidden (LayerFloors.raw), at least the work's
+        raw = _raised_raw(floors, mode_floors.raw.get(mode), work)
         step = (
             base
-            if work == floors.work and paired == pair_kept
-            else block_step_floor(problem, block, LayerFloors(work, floors.rho, kept=paired))
+            if work == floors.work and paired == pair_kept and raw == floors.raw
+            else block_step_floor(
+                problem, block, LayerFloors(work, floors.rho, kept=paired, raw=raw)
+            )
         )
         best = min(best, max(step, streaming))
         if best <= base:  # no other mode can take the bound below the block's own floor
             break
     return max(best, base)
+
+
+def _raised_raw(floors: LayerFloors, mode_raw: dict | None, work: dict) -> dict | None:
+    """The larger of the layer floors' and a recompute mode's floors of each kind's work with its dispatch unhidden
+    (LayerFloors.raw, ModeFloors.raw), and of its ``work``: each is at most the block's work plus what it adds run
+    unpaired; None where neither knows one."""
+    if floors.raw is None and not mode_raw:
+        return None
+    known = [r for r in (floors.raw, mode_raw) if r]
+    return {name: max(value, *(r.get(name, 0.0) for r in known)) for name, value in work.items()}
 
 
 def activation_floor_bytes(problem: SearchProblem, block: Block, kept: dict, held: dict) -> float:

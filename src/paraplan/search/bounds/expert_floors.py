@@ -146,11 +146,19 @@ class KindFloor(NamedTuple):
     # a floor of what a DualPipe pair cannot hide of the kind (search.bounds.step_floors.LayerFloors.kept): the least
     # over the options of its compute, over the pair's SM share where the option has EP dispatch; None: ``work``
     kept: float | None = None
+    # a floor of its work with the dispatch and combine unhidden (LayerFloors.raw): the least over the options of
+    # compute plus the least raw dispatch and combine (_DispatchTable.raw); None: ``work``
+    raw: float | None = None
 
     @property
     def paired(self) -> float:
         """``kept``, or ``work`` where the kind has no kept floor of its own."""
         return self.work if self.kept is None else self.kept
+
+    @property
+    def unhidden(self) -> float:
+        """``raw``, or ``work`` where the kind has no raw floor of its own."""
+        return self.work if self.raw is None else self.raw
 
 
 class _RestFloor(NamedTuple):
@@ -278,8 +286,13 @@ class KindFloors:
         kept = min(pair_compute_s(ep + added, True, self.share), free + added)
         ring_s = ring_added_s(ring, rest.attention, extra)
         added += ring_s
+        raw = rest.floor.raw
         return KindFloor(
-            rest.floor.work + added, rest.floor.forward + extra.forward, rho, kept + ring_s
+            rest.floor.work + added,
+            rest.floor.forward + extra.forward,
+            rho,
+            kept + ring_s,
+            None if raw is None else raw + added,
         )
 
     def _core(self, core: tuple, shape) -> BlockCompute:
@@ -360,10 +373,12 @@ class KindFloors:
             model, system = self.problem.model, self.problem.system
             computes = _expert_computes(model, system, name, first, experts, tuple(core or ()))
             totals = tuple(c.forward + c.backward for c in computes)
+            raw = None
             if len(computes) == 1:
                 work, paired = totals[0], (math.inf, totals[0])
             else:  # each option with its least dispatch at any compute; only options that can still be the least
                 work = least_with(totals, lambda i: self.dispatch.table(shape, experts[i]).least)
+                raw = least_with(totals, lambda i: self.dispatch.table(shape, experts[i]).raw)
                 paired = _paired_least(
                     totals, lambda i: self.dispatch.table(shape, experts[i]).least > 0.0, self.share
                 )
@@ -381,7 +396,7 @@ class KindFloors:
                 _RestFloor(
                     totals,
                     gemm_backward,
-                    KindFloor(work, forward, rho, kept),
+                    KindFloor(work, forward, rho, kept, raw),
                     attention,
                     paired,
                 ),

@@ -183,6 +183,9 @@ class _DispatchTable(NamedTuple):
 
     exposed: float
     overlapped: tuple[tuple[float, _EpComm], ...]
+    # the least raw dispatch and combine (nothing hidden: BlockTerms.ep_comm) of any switch, what a pass run unpaired
+    # pays (step.block_terms.unpaired_ep_exposure_s)
+    raw: float = math.inf
 
     @property
     def least(self) -> float:
@@ -209,7 +212,8 @@ def _dispatch_table(model, system, shape, expert, switches: tuple, inputs: tuple
             ),
             key=lambda item: item[0],
         )
-        found = _remember(_DISPATCH_TABLES, key, _DispatchTable(exposed, tuple(overlapped)))
+        raw = min((c.ep_forward + c.ep_backward for c in comms), default=math.inf)
+        found = _remember(_DISPATCH_TABLES, key, _DispatchTable(exposed, tuple(overlapped), raw))
     return found
 
 

@@ -13,6 +13,7 @@ import numpy as np
 from paraplan.search.bounds import SAFETY
 from paraplan.search.space import SearchProblem
 from paraplan.specs.moe_model import moe_shaped
+from paraplan.step.block_terms import unpaired_pass_s
 from paraplan.step.build import model_block_kinds, stage_block_counts
 from paraplan.step.schedules import SCHEDULES, schedule_step_floor
 
@@ -32,11 +33,20 @@ class LayerFloors(NamedTuple):
     # where the kind has EP dispatch, C/s, and its TP / CP parts (step.dualpipe.overlapped_pair_s; the kind's part
     # of K0 in step.schedules._dualpipe_stage_floor_s); None: ``work`` (floors with no EP dispatch in them)
     kept: Mapping | None = None
+    # each kind's floor of its work with its EP dispatch and combine unhidden: of a block's work plus what it adds run
+    # unpaired (step.block_terms.unpaired_ep_exposure_s), at least ``work``'s where given; None: ``work`` (no floor
+    # of the A2A overlap's unpaired passes: ``unpaired_floor_s``)
+    raw: Mapping | None = None
 
     @property
     def paired(self) -> Mapping:
         """``kept``, or ``work`` where no kept floors are given."""
         return self.work if self.kept is None else self.kept
+
+    @property
+    def unhidden(self) -> Mapping:
+        """``raw``, or ``work`` where no raw floors are given."""
+        return self.work if self.raw is None else self.raw
 
 
 def stage_floors(
@@ -76,6 +86,21 @@ def paired_stage_floors(
         )
         steady, bubble = maximum(steady, stage[0]), maximum(bubble, stage[1])
     return steady, bubble
+
+
+def unpaired_floor_s(problem: SearchProblem, pp: int, split: tuple, floors: LayerFloors, slowest):
+    """A floor of what the A2A overlap's unpaired passes add to the step of a candidate whose slowest stage works
+    at least ``slowest`` (S0, ``stage_floors``) under the split of (pp, split); None where the floors know none
+    (``floors.raw`` None) or the step adds none (pp > 1: step.block_terms.unpaired_passes_s). At pp 1 the one stage
+    holds every block b and the step is at least m·S + U = Σ_b m·w_b + U_b (step.compose._pipeline, every other
+    part >= 0), U_b what b adds run unpaired; with r_k <= w_b + U_b (``floors.raw``) and w_k <= w_b per kind k
+    of b, Σ_b (m − 1)·w_b + (w_b + U_b) >= (m − 1)·S0 + R0 (m >= 1), R0 the stage sum of the r_k: m·S0 plus
+    step.block_terms.unpaired_pass_s(R0, S0), the step's own rule at those floors. Floats or arrays over blocks
+    (``slowest`` and the floors' values alike)."""
+    if floors.raw is None or pp != 1:
+        return None
+    ((_, _, blocks),) = group_blocks(problem, pp, split)
+    return unpaired_pass_s(stage_sum(floors.raw, blocks), slowest)
 
 
 def stage_sum(per_kind: dict, blocks: tuple) -> float:
@@ -123,12 +148,15 @@ def block_step_floors(problem: SearchProblem, parts: list[Block], floors_of) -> 
         work = {name: np.array([f.work.get(name, 0.0) for f in floors]) for name in kinds}
         best = np.full(len(members), math.inf)
         kept = {name: np.array([f.paired.get(name, 0.0) for f in floors]) for name in kinds}
+        raw = None
+        if any(f.raw is not None for f in floors):  # a block without raw floors: its work
+            raw = {name: np.array([f.unhidden.get(name, 0.0) for f in floors]) for name in kinds}
         out[members] = (
             _least_over_options(
                 problem,
                 pp,
                 m,
-                LayerFloors(work, rho, kept=kept),
+                LayerFloors(work, rho, kept=kept, raw=raw),
                 best,
                 np.maximum,
                 np.minimum,
@@ -143,10 +171,11 @@ def _least_over_options(
 ):
     """The least step floor (step.schedules.schedule_step_floor) over the schedule options of (pp, m), each split's stage floors found once; floats
     (``maximum``, ``minimum``: max, min) or arrays over blocks (np.maximum, np.minimum)."""
-    splits, paired = {}, {}
+    splits, paired, unpaired = {}, {}, {}
     for v, schedule, split in problem.schedule_options(pp, m):
         if split not in splits:
             splits[split] = stage_floors(problem, pp, split, floors, maximum)
+            unpaired[split] = unpaired_floor_s(problem, pp, split, floors, splits[split][0])
         stages = None
         entry = SCHEDULES[schedule]
         if entry.bubble.stage_floor_s is not None:  # DualPipe: per stage, its pairs' floors
@@ -157,6 +186,8 @@ def _least_over_options(
             stages = paired[schedule, split]
         best = minimum(
             best,
-            schedule_step_floor(schedule, v, m, pp, *splits[split], floors.rho, stages),
+            schedule_step_floor(
+                schedule, v, m, pp, *splits[split], floors.rho, stages, unpaired[split]
+            ),
         )
     return best

@@ -54,6 +54,8 @@ class ModeFloors:
     held: dict
     # per mode, each kind's floor of what a DualPipe pair cannot hide of it (LayerFloors.kept); {}: none known
     paired: dict = field(default_factory=dict)
+    # per mode, each kind's floor of its work with the dispatch and combine unhidden (LayerFloors.raw); {}: none known
+    raw: dict = field(default_factory=dict)
 
 
 def work_floors(
@@ -126,7 +128,26 @@ def work_floors(
         for name in model_block_kinds(problem.model):
             work[mode].setdefault(name, 0.0)
             paired[mode].setdefault(name, 0.0)
-    return ModeFloors(work, entries.kept, entries.held, paired)
+    return ModeFloors(
+        work, entries.kept, entries.held, paired, _raw_floors(entries, total, dispatch)
+    )
+
+
+def _raw_floors(entries: _WorkEntries, total: list, dispatch: DispatchFloors) -> dict:
+    """Per mode, each kind with an entry that adds a dispatch: the least over its entries of their sums (``total``)
+    plus their least raw dispatch and combine (_DispatchTable.raw; 0 for an entry without), its work with the
+    dispatch unhidden, what a pass run unpaired pays (LayerFloors.raw; work_floors)."""
+    raw: dict[str, dict] = {}
+    start = 0
+    for (mode, name), stop in zip(entries.keys, entries.stops):
+        found = entries.dispatch[start:stop]
+        if any(f is not None for f in found):
+            raw.setdefault(mode, {})[name] = least_with(
+                total[start:stop],
+                lambda j, found=found: 0.0 if found[j] is None else dispatch.table(*found[j]).raw,
+            )
+        start = stop
+    return raw
 
 
 @dataclass(frozen=True)
