@@ -9,7 +9,7 @@ from paraplan.catalog import load_model
 from paraplan.search import table
 from paraplan.step import partial_recompute
 from paraplan.step.blocks import BLOCK_KINDS
-from paraplan.step.layout import model_layer_kinds
+from paraplan.step.layout import model_layer_counts, model_layer_kinds
 
 
 @pytest.mark.parametrize(
@@ -26,8 +26,9 @@ def test_model_layer_kinds_by_hand(name, kinds):
 
 
 def test_search_table_reads_the_registry():
+    # the table reads each layer kind with its count (its pp-1 floors weigh every layer, session 21)
     assert not hasattr(table, "_layer_kinds")
-    assert table.model_layer_kinds is model_layer_kinds
+    assert table.model_layer_counts is model_layer_counts
 
 
 def test_partial_recompute_reads_the_registry():
