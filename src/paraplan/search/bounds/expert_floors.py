@@ -31,6 +31,7 @@ __all__ = [
 from paraplan.graph.moe_mlp import expert_knob_ops
 from paraplan.graph.ops import ExpertShape, LayerGraph, recomputed_op_names
 from paraplan.graph.transformer import cp_free_key, with_expert
+from paraplan.search.bounds import own_or_work
 from paraplan.search.divisors import divisors
 from paraplan.search.bounds.floor_memos import NO_CORE, CoreCost, RestMemo
 from paraplan.search.bounds.exposure_floors import (
@@ -150,15 +151,8 @@ class KindFloor(NamedTuple):
     # compute plus the least raw dispatch and combine (_DispatchTable.raw); None: ``work``
     raw: float | None = None
 
-    @property
-    def paired(self) -> float:
-        """``kept``, or ``work`` where the kind has no kept floor of its own."""
-        return self.work if self.kept is None else self.kept
-
-    @property
-    def unhidden(self) -> float:
-        """``raw``, or ``work`` where the kind has no raw floor of its own."""
-        return self.work if self.raw is None else self.raw
+    paired = property(lambda self: own_or_work(self.kept, self.work), doc="``kept``, or ``work``")
+    unhidden = property(lambda self: own_or_work(self.raw, self.work), doc="``raw``, or ``work``")
 
 
 class _RestFloor(NamedTuple):

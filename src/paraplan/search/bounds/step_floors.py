@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Mapping, NamedTuple
 
 import numpy as np
 
-from paraplan.search.bounds import SAFETY
+from paraplan.search.bounds import SAFETY, own_or_work
 from paraplan.search.space import SearchProblem
 from paraplan.specs.moe_model import moe_shaped
 from paraplan.step.block_terms import unpaired_pass_s
@@ -38,15 +38,8 @@ class LayerFloors(NamedTuple):
     # of the A2A overlap's unpaired passes: ``unpaired_floor_s``)
     raw: Mapping | None = None
 
-    @property
-    def paired(self) -> Mapping:
-        """``kept``, or ``work`` where no kept floors are given."""
-        return self.work if self.kept is None else self.kept
-
-    @property
-    def unhidden(self) -> Mapping:
-        """``raw``, or ``work`` where no raw floors are given."""
-        return self.work if self.raw is None else self.raw
+    paired = property(lambda self: own_or_work(self.kept, self.work), doc="``kept``, or ``work``")
+    unhidden = property(lambda self: own_or_work(self.raw, self.work), doc="``raw``, or ``work``")
 
 
 def stage_floors(
