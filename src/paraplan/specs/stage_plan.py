@@ -342,14 +342,21 @@ def stage_stack_violations(plan: StagePlanSpec, pools) -> list[Violation]:
             if (v := Violation("gpus", gpus, rule)) not in out:
                 out.append(v)
             continue
-        for s in plan.stages:
-            dims = replace(s.dims, pp=plan.pp)
-            for rule in stack_parallelism_rules(
-                runs, dims, plan.sequence_parallel, plan.overlap_tp_comm
-            ):
-                if (v := Violation(*rule)) not in out:
-                    out.append(v)
+        _add_kind_violations(out, plan, runs, "its framework profile's")
     return out
+
+
+def _add_kind_violations(out: list[Violation], plan: StagePlanSpec, runs, whose: str) -> None:
+    """Append to ``out`` each parallel kind a stage of ``plan`` uses that ``runs`` (a stack's parallel kinds,
+    stated by ``whose``) leaves out (specs.rules_stack.stack_parallelism_rules: the stage's tp, cp, dp, the
+    plan's pp, sequence parallelism and TP overlap), each violation once."""
+    for s in plan.stages:
+        dims = replace(s.dims, pp=plan.pp)
+        for rule in stack_parallelism_rules(
+            runs, dims, plan.sequence_parallel, plan.overlap_tp_comm, whose
+        ):
+            if (v := Violation(*rule)) not in out:
+                out.append(v)
 
 
 def stage_engine_stack_violations(plan: StagePlanSpec) -> list[Violation]:
@@ -365,17 +372,7 @@ def stage_engine_stack_violations(plan: StagePlanSpec) -> list[Violation]:
         out.append(
             Violation("plan.dtype", plan.dtype, f"{rule}; allowed: {', '.join(facts.dtypes)}")
         )
-    for s in plan.stages:
-        dims = replace(s.dims, pp=plan.pp)
-        for rule in stack_parallelism_rules(
-            facts.parallelism,
-            dims,
-            plan.sequence_parallel,
-            plan.overlap_tp_comm,
-            f"engine_stack {name}'s",
-        ):
-            if (v := Violation(*rule)) not in out:
-                out.append(v)
+    _add_kind_violations(out, plan, facts.parallelism, f"engine_stack {name}'s")
     return out
 
 
