@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from paraplan.catalog import load_system
+from paraplan.specs.rules_stack import engine_dp_overlap_rule
 from paraplan.step.engines import (
     ENGINE_STACKS,
     ENGINES,
@@ -45,7 +46,11 @@ def test_the_engine_alone_carries_no_constant_of_amps_stack():
     assert host_layer_times_s(ds) == (0.0, 0.0)
     assert (ds.activation_memory_factor, ds.gradient_bytes, ds.tied_grad_bytes) == (1.0, 0.0, 0.0)
     assert ds.async_tp_backward and not ds.sends_attention_mask
-    assert (ds.transfers_per_neighbour, ds.dp_overlap, ds.batch_syncs) == (2, False, 1.0)
+    assert (ds.transfers_per_neighbour, ds.batch_syncs) == (2, 1.0)
+    # no DP overlap with pp > 1: the plan's switch, refused there (specs.rules_stack.engine_dp_overlap_rule)
+    assert engine_dp_overlap_rule("deepspeed", True, 2) and not engine_dp_overlap_rule(
+        "deepspeed", False, 2
+    )
     # the engine's accumulation is the stack's (step.constants.at_zero_stage, as on a uniform plan);
     # AMP's stack states its FP16 optimizer's fp16 param.grad
     assert (ds.grad_accumulation, amp.grad_accumulation) == ("fused", "fp16_param_grad")

@@ -29,6 +29,10 @@ def _t5_under(profile: str):
     plan = PlanSpec(
         gpus=8, tp=2, pp=2, global_batch=64, micro_batch=4, seq_length=2048, dtype="bf16", zero=1
     )
+    # the profile's overlap switch (off: the PipelineEngine refuses it with pp > 1, engine_dp_overlap_rule)
+    plan = plan.model_copy(
+        update={"overlap_dp_grad_reduce": load_framework(profile).overlap_dp_grad_reduce}
+    )
     engine = system.accelerator.efficiency.runtime.pipeline_engine
     return cluster, uniform_stage_plan(plan, T5, cluster.pools[0].name, engine)
 

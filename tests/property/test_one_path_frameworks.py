@@ -15,7 +15,8 @@ ViT encoders), a plan of tests/unit/test_one_path.draw_plan_fields (pp ≤ 8, tp
 recompute mode, 1F1B / GPipe / interleaved, sequence parallelism) on a system with a peak for the datatype,
 under a profile whose stack runs a recomputation mode of its own (specs.recompute.MODES: torchtitan's op_sac,
 MaxText's save_dots) that mode half the time, and now and then an overlap switch the plan states against
-the profile. A plan the uniform
+the profile (overlap_dp_grad_reduce too under the DeepSpeed profiles: at pp = 1 both paths honour it, with
+pp > 1 both refuse it, specs.rules_stack.engine_dp_overlap_rule). A plan the uniform
 path refuses is drawn again. The quick test checks a few plans per pair, the slow one many.
 """
 
@@ -87,11 +88,6 @@ def draw_plan(rng: random.Random, dtype: str, framework: str) -> tuple[str, str,
     for switch in OVERLAPS:  # the plan's own value wins over the profile's default
         if rng.random() < 0.2:
             fields[switch] = rng.random() < 0.5
-    if load_framework(framework).pipeline_engine == "deepspeed":
-        # open (docs/model.md, "The PipelineEngine's DP overlap"): the per-stage DeepSpeed engine never
-        # overlaps the DP reduction (step.engines dp_overlap False) while the uniform path honours a
-        # stated overlap_dp_grad_reduce; these profiles' defaults (off) are drawn until one rule serves both
-        fields.pop("overlap_dp_grad_reduce", None)
     if (
         rng.random() < 0.5
     ):  # the gradient dtype the plan states against the profile's (its BF16_Optimizer)

@@ -133,13 +133,16 @@ def test_uniform_stage_plan_takes_the_engine_and_keeps_its_rules():
 
     model = load_model("t5-3b")
     assert uniform_stage_plan(_t5_plan(), model, "p").engine == "megatron"
-    assert uniform_stage_plan(_t5_plan(), model, "p", "deepspeed").engine == "deepspeed"
+    off = {"overlap_dp_grad_reduce": False}  # the PipelineEngine's (engine_dp_overlap_rule)
+    assert uniform_stage_plan(_t5_plan(**off), model, "p", "deepspeed").engine == "deepspeed"
     assert uniform_stage_plan(_t5_plan(), model, "p", "torch").engine == "megatron"
     assert uniform_stage_plan(_t5_plan(schedule="gpipe"), model, "p").schedule == "gpipe"
     with pytest.raises(InputError, match="TrainSchedule"):
-        uniform_stage_plan(_t5_plan(schedule="gpipe"), model, "p", "deepspeed")
+        uniform_stage_plan(_t5_plan(schedule="gpipe", **off), model, "p", "deepspeed")
     with pytest.raises(InputError, match="ZeRO-2"):
-        uniform_stage_plan(_t5_plan(zero=2), model, "p", "deepspeed")
+        uniform_stage_plan(_t5_plan(zero=2, **off), model, "p", "deepspeed")
+    with pytest.raises(InputError, match="overlap_dp_grad_reduce=True.*allowed: false"):
+        uniform_stage_plan(_t5_plan(), model, "p", "deepspeed")
 
 
 def test_per_stage_check_refuses_parallelism_a_pools_stack_does_not_run():

@@ -25,7 +25,11 @@ from paraplan.specs.moe_model import moe_shaped
 from paraplan.specs.plan import Schedule
 from paraplan.specs.rules import interleave_split_rule, offload_rule, even_share
 from paraplan.specs.rules_schedule import DEFAULT_SCHEDULE, SCHEDULE_RULES
-from paraplan.specs.rules_stack import engine_schedule_rule, engine_zero_rule
+from paraplan.specs.rules_stack import (
+    engine_dp_overlap_rule,
+    engine_schedule_rule,
+    engine_zero_rule,
+)
 from paraplan.specs.split import (
     SplitGroup,
     accounted_units,
@@ -209,19 +213,20 @@ class GridAxes:
     def state_options(self, dp_size: int, pp: int = 1) -> list[StateOption]:
         """(zero, overlap_dp_grad_reduce, overlap_param_gather) options for a data × context group at
         pipeline depth ``pp``, those the stack's pipeline runtime takes at that depth (specs.rules_stack.engine_zero_rule,
-        the estimator's rule) and the framework launches (search.launch.state_allowed). Memoised: the grid
+        engine_dp_overlap_rule: the estimator's rules) and the framework launches (search.launch.state_allowed). Memoised: the grid
         index asks for every (pp, m, dp·cp) of its rows."""
-        if dp_size == 1:
-            return [StateOption(0, True, True)]
+        engine = self.system.accelerator.efficiency.runtime.pipeline_engine
+        if dp_size == 1:  # no reduction to overlap: the switch as the pipeline runtime takes it
+            return [StateOption(0, not engine_dp_overlap_rule(engine, True, pp), True)]
         memo = self._memo.setdefault("state_options", {})
         if (dp_size, pp) not in memo:
             tp = max(self.gpus // (pp * dp_size), 1)  # DeepSpeed's (cp = 1) tensor-parallel size
             fp8_primary = self.dtype == "fp8" and not self.runtime.fp8_weight_copies
-            engine = self.system.accelerator.efficiency.runtime.pipeline_engine
             memo[(dp_size, pp)] = tuple(
                 o
                 for o in self._state_options(dp_size)
                 if not engine_zero_rule(engine, o.zero, pp)
+                and not engine_dp_overlap_rule(engine, o.overlap_dp_grad_reduce, pp)
                 and launch.state_allowed(
                     self.framework,
                     o.zero,

@@ -36,6 +36,30 @@ def engine_zero_rule(engine: str, zero: int, pp: int) -> str | None:
     return None
 
 
+def engine_dp_overlap_rule(engine: str, overlap_dp_grad_reduce: bool, pp: int) -> str | None:
+    """DeepSpeed's PipelineEngine never overlaps the data-parallel gradient reduction with the backward:
+    its constructor sets ``enable_backward_allreduce = False`` ("We schedule the all-reduces"), and
+    TrainSchedule issues ReduceTiedGrads and ReduceGrads after the last backward, whose
+    ``_exec_reduce_grads`` raises the accumulation boundary only around its own reduction
+    (``_force_grad_boundary``; ``is_gradient_accumulation_boundary`` returns it), so ZeRO-1's
+    overlap_comm hooks, which reduce only at that boundary below stage 2
+    (``reduce_ready_partitions_and_remove_grads``), do nothing during the backward passes
+    (deepspeedai/DeepSpeed deepspeed/runtime/pipe/engine.py and runtime/zero/stage_1_and_2.py at
+    0050fdad; the same at v0.16.4 e2dc3eeb). With pp > 1 the deepspeed engine takes
+    overlap_dp_grad_reduce false only; at pp = 1 DeepSpeedEngine runs, whose ZeRO hooks (overlap_comm)
+    reduce during the last micro-batch's backward. ``engine``: as engine_zero_rule's. The uniform
+    estimate (step.estimate), the per-stage plan (specs.stage_plan, whose default is this rule's
+    allowed value), the uniform search's state options (search.grid_axes) and the per-stage searches'
+    depths (search.staged.problem.depth_allowed) all ask it."""
+    if engine == "deepspeed" and pp > 1 and overlap_dp_grad_reduce:
+        return (
+            f"DeepSpeed's PipelineEngine (pipeline engine deepspeed) reduces the data-parallel "
+            f"gradients after the last backward (enable_backward_allreduce = False) with pp={pp}; "
+            "allowed: false (or pp=1)"
+        )
+    return None
+
+
 def engine_schedule_rule(engine: str, schedule: str, vpp: int, pp: int) -> str | None:
     """DeepSpeed's PipelineEngine runs one training schedule: PipelineEngine.train_batch builds
     ``schedule.TrainSchedule`` and nothing else (microsoft/DeepSpeed deepspeed/runtime/pipe/engine.py: line 280

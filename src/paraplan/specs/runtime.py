@@ -246,7 +246,7 @@ class RuntimeCosts(StackRuntimeFields):
         "megatron",
         description="the pipeline runtime of a uniform plan with pp > 1 (the profile's pipeline_engine), whose "
         "rules the plan keeps: DeepSpeed's PipelineEngine refuses ZeRO-2/3 (specs.rules_stack.engine_zero_rule) and "
-        "runs 1F1B only (engine_schedule_rule)",
+        "a DP overlap (engine_dp_overlap_rule) and runs 1F1B only (engine_schedule_rule)",
     )
     p2p_transfers_per_exchange: float = Field(
         1.0,

@@ -59,6 +59,7 @@ from paraplan.specs.rules import (
 from paraplan.specs.rules_precision import accelerators_rules
 from paraplan.specs.rules_schedule import schedule_batch_rule, schedule_vpp_rule
 from paraplan.specs.rules_stack import (
+    engine_dp_overlap_rule,
     engine_schedule_rule,
     engine_zero_rule,
     stack_gpus_rule,
@@ -168,7 +169,11 @@ class StagePlanSpec(RuntimeFields):
     attention: Literal["flash", "unfused"] = "flash"
     sequence_parallel: bool = False
     zero: int = Field(0, ge=0, le=3)
-    overlap_dp_grad_reduce: bool = True
+    overlap_dp_grad_reduce: bool = Field(
+        True,
+        description="DP gradient reduction overlaps backward (as specs.plan.PlanSpec); default: true, "
+        "false on DeepSpeed's PipelineEngine with pp > 1 (specs.rules_stack.engine_dp_overlap_rule)",
+    )
     overlap_param_gather: bool = Field(
         True, description="ZeRO parameter all-gather overlaps forward (as specs.plan.PlanSpec)"
     )
@@ -189,6 +194,17 @@ class StagePlanSpec(RuntimeFields):
     )
     stages: tuple[StageSpec, ...] = Field(min_length=1)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _engine_overlap(cls, data):
+        """overlap_dp_grad_reduce left unset: the value the plan's engine runs at its depth
+        (specs.rules_stack.engine_dp_overlap_rule's allowed value); a stated one is checked by it."""
+        if isinstance(data, dict) and "overlap_dp_grad_reduce" not in data:
+            pp = len(data.get("stages") or ())
+            engine = data.get("engine", "megatron")
+            return data | {"overlap_dp_grad_reduce": not engine_dp_overlap_rule(engine, True, pp)}
+        return data
+
     @model_validator(mode="after")
     def _check(self) -> "StagePlanSpec":
         if (self.microbatches is None) == (self.micro_batch is None):
@@ -207,6 +223,9 @@ class StagePlanSpec(RuntimeFields):
             raise ValueError(rule)
         if rule := engine_zero_rule(self.engine, self.zero, len(self.stages)):
             raise ValueError(rule)
+        overlap = self.overlap_dp_grad_reduce
+        if rule := engine_dp_overlap_rule(self.engine, overlap, len(self.stages)):
+            raise ValueError(f"overlap_dp_grad_reduce={overlap}: {rule}")
         if self.engine_stack is not None and STACK_ENGINES[self.engine_stack] != self.engine:
             ran_on = STACK_ENGINES[self.engine_stack]
             raise ValueError(

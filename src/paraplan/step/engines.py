@@ -32,7 +32,6 @@ class EngineRules:
     # (efficiency.runtime.p2p_transfers_per_exchange, as a uniform plan reads it: step.p2p.pipeline_links)
     transfers_per_neighbour: int
     p2p_split_over_tp: bool  # forward: each TP rank sends 1/t of the activation, or all of it
-    dp_overlap: bool  # gradient reduction may overlap the last micro-batch's backward
     gradient_bytes: (
         float  # gradient bytes per parameter held at the optimizer step (0: cost.memory's)
     )
@@ -125,10 +124,10 @@ DEEPSPEED_ACTIVATION_MEMORY_FACTOR = 1.5
 ENGINES = {
     # Megatron-LM: send-and-receive batched into one exchange per neighbour per micro-batch in the 1F1B
     # steady state (send_forward_recv_backward / send_backward_recv_forward), scatter/gather of the
-    # activation over TP ranks (Narayanan et al. 2021 §4.1), overlapped gradient reduction.
+    # activation over TP ranks (Narayanan et al. 2021 §4.1), the gradient reduction overlapped as the plan states.
     # The exchanges per neighbour and the tied all-reduce's bytes are the training stack's (0 below): one
     # batched exchange and fp32 main gradients on Megatron-Core's, as on a uniform plan of the same system.
-    "megatron": EngineRules(0, True, True, 0.0, True),
+    "megatron": EngineRules(0, True, 0.0, True),
     # DeepSpeed PipelineEngine (deepspeed/runtime/pipe/, in AMP's vendored copy and from v0.3 to
     # 0050fdad):
     # - the train schedule issues RecvActivation, SendActivation, RecvGrad and SendGrad as separate
@@ -144,7 +143,8 @@ ENGINES = {
     #   _exec_backward_pass) neither path prices (docs/model.md, "The PipelineEngine's TP gathers");
     #   AMP's copy (gradients sent whole, the receiver's gather) is ENGINE_STACKS["amp2022"]'s;
     # - ReduceTiedGrads and ReduceGrads run after the last backward (TrainSchedule): no overlap of
-    #   the data-parallel reduction with the backward;
+    #   the data-parallel reduction with the backward, a plan's switch checked by
+    #   specs.rules_stack.engine_dp_overlap_rule (refused with pp > 1, as on a uniform plan);
     # - gradients accumulate across micro-batches by the optimizer DeepSpeed runs for the dtype, ZeRO
     #   stage and gradient dtype (the BF16_Optimizer where step.constants.runs_bf16_optimizer, 18 B:
     #   cost.runtimes.bf16_optimizer_accumulation_bytes): the stack's, resolved by
@@ -159,7 +159,6 @@ ENGINES = {
     "deepspeed": EngineRules(
         int(DEEPSPEED_PIPE_TRANSFERS_PER_EXCHANGE),
         True,
-        False,
         0.0,
         True,
         batch_syncs=DEEPSPEED_PIPE_BATCH_SYNCS,

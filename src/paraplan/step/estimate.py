@@ -38,6 +38,7 @@ from paraplan.specs.rules import (
 )
 from paraplan.specs.rules_precision import accelerator_rules
 from paraplan.specs.rules_stack import (
+    engine_dp_overlap_rule,
     engine_schedule_rule,
     engine_zero_rule,
     stack_rules,
@@ -124,7 +125,7 @@ def _system_violations(plan: PlanSpec, system: SystemSpec) -> list[Violation]:
     """The plan's rules on this system: dtype, fp8 recipe and attention kernel
     (specs.rules_precision.accelerator_rules), the ZeRO stages its pipeline runtime takes at its depth
     and the schedules (specs.rules_stack.engine_zero_rule, engine_schedule_rule; efficiency.runtime.
-    pipeline_engine: the framework profile's), the model-parallel kinds the stack's loop runs
+    pipeline_engine: the framework profile's) and its DP overlap (engine_dp_overlap_rule), the model-parallel kinds the stack's loop runs
     (specs.rules_stack.stack_rules, efficiency.runtime.parallelism), ring CP on DeepSpeed
     (specs.rules.deepspeed_cp_rule), offloading over a declared host link into declared host memory (specs.rules.offload_rule)."""
     acc = system.accelerator
@@ -136,6 +137,9 @@ def _system_violations(plan: PlanSpec, system: SystemSpec) -> list[Violation]:
         out.append(Violation("plan.cp", plan.cp, rule))
     if rule := engine_zero_rule(runtime.pipeline_engine, plan.zero, plan.pp):
         out.append(Violation("plan.zero", plan.zero, rule))
+    overlap = plan.overlap_dp_grad_reduce
+    if rule := engine_dp_overlap_rule(runtime.pipeline_engine, overlap, plan.pp):
+        out.append(Violation("plan.overlap_dp_grad_reduce", overlap, rule))
     schedule = plan.pipeline_schedule
     if rule := engine_schedule_rule(runtime.pipeline_engine, schedule, plan.vpp, plan.pp):
         out.append(Violation("plan.schedule", schedule, rule))

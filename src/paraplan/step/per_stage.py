@@ -190,7 +190,7 @@ def stage_arrays(
         interleaved=common.schedule == "interleaved",
         gpipe=common.schedule == "gpipe",
         zero=common.zero,
-        overlap_dp_grad_reduce=common.overlap_dp_grad_reduce and rules.dp_overlap,
+        overlap_dp_grad_reduce=common.overlap_dp_grad_reduce,
         overlap_param_gather=common.overlap_param_gather,
         offload_weights=False,
         offload_activations=False,

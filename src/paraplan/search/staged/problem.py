@@ -18,6 +18,7 @@ from paraplan.specs.plan import RUNTIME_FIELDS, RuntimeFields, runtime_of
 from paraplan.specs.rules import per_stage_model_rule
 from paraplan.specs.rules_precision import accelerators_rules, cluster_default_precision
 from paraplan.specs.rules_stack import (
+    engine_dp_overlap_rule,
     engine_schedule_rule,
     engine_zero_rule,
     stack_gpus_rule,
@@ -39,7 +40,9 @@ class HeteroProblem:
     attention: str = None  # type: ignore[assignment]
     schedule: str = "1f1b"
     zero: int = 0
-    overlap_dp_grad_reduce: bool = True
+    # None: the value the engine runs at every depth the cluster allows (specs.rules_stack.
+    # engine_dp_overlap_rule: false on DeepSpeed's PipelineEngine, true otherwise), as a per-stage plan's default
+    overlap_dp_grad_reduce: bool = None  # type: ignore[assignment]
     recompute: tuple[str, ...] = ("none", "full")
     micro_batches: tuple[int, ...] | None = (
         None  # per-GPU micro-batch sizes to try; default powers of two
@@ -76,6 +79,9 @@ class HeteroProblem:
         for name in ("dtype", "attention"):
             if getattr(self, name) is None:
                 object.__setattr__(self, name, precision[name])
+        if self.overlap_dp_grad_reduce is None:
+            deepest = engine_dp_overlap_rule(self.engine, True, self.cluster.gpus)
+            object.__setattr__(self, "overlap_dp_grad_reduce", deepest is None)
         if refused := accelerators_rules(accelerators, self.dtype, self.attention):
             raise InputError.from_violations([Violation(*r) for r in refused])
         if unlaunchable := launch.run_wide_violations(self.framework, self):
@@ -126,12 +132,13 @@ def under_profile(
 
 def depth_allowed(problem: HeteroProblem, pp: int) -> bool:
     """Does the problem's pipeline runtime take its ZeRO stage and its schedule at ``pp`` stages
-    (specs.rules_stack.engine_zero_rule, engine_schedule_rule: the per-stage plan's checks; DeepSpeed's
-    PipelineEngine refuses ZeRO-2/3 and any schedule but 1F1B with pp > 1), and do the stacks of the
+    (specs.rules_stack.engine_zero_rule, engine_dp_overlap_rule, engine_schedule_rule: the per-stage plan's
+    checks; DeepSpeed's PipelineEngine refuses ZeRO-2/3, a DP overlap and any schedule but 1F1B with pp > 1), and do the stacks of the
     cluster's pools run pipeline parallelism at all (stack_parallelism_rules)? The pipeline depths both
     per-stage searches list (search.staged.hetero, search.staged.non_uniform)."""
     return (
         engine_zero_rule(problem.engine, problem.zero, pp) is None
+        and engine_dp_overlap_rule(problem.engine, problem.overlap_dp_grad_reduce, pp) is None
         and engine_schedule_rule(problem.engine, problem.schedule, problem.vpp, pp) is None
         and not _stack_refusals(problem, ParallelDims(pp=pp))
     )
