@@ -175,7 +175,17 @@ def test_fsdp2_runtime_costs_nothing_without_zero3():
 
 
 def _pipe_plan() -> PlanSpec:
-    return PlanSpec(gpus=64, tp=4, pp=4, zero=1, global_batch=256, seq_length=2048, micro_batch=2)
+    # no DP overlap: DeepSpeed's PipelineEngine refuses it with pp > 1 (specs.rules_stack.engine_dp_overlap_rule)
+    return PlanSpec(
+        gpus=64,
+        tp=4,
+        pp=4,
+        zero=1,
+        global_batch=256,
+        seq_length=2048,
+        micro_batch=2,
+        overlap_dp_grad_reduce=False,
+    )
 
 
 def test_deepspeed_pipeline_transfers_are_separate():
