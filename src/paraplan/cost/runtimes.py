@@ -227,16 +227,37 @@ def bf16_optimizer_accumulation_bytes() -> float:
     return 2.0 + 4.0 + 3.0 * 4.0
 
 
+def param_grad_accumulation_bytes(grad_bytes: float) -> float:
+    """HBM bytes per parameter that autograd moves adding one micro-batch's gradient into the ``param.grad``
+    held across micro-batches, kept in a dtype of ``grad_bytes`` bytes: 3·g (read the held and the fresh
+    gradient, write the sum). PyTorch's AccumulateGrad adds a fresh gradient into a defined ``variable.grad``
+    in place (``variable_grad += new_grad``, torch/csrc/autograd/functions/accumulate_grad.h) when no
+    optimizer hook takes it first: 6 B for a 2-byte (fp16 / bf16) gradient, 12 B for fp32."""
+    return 3.0 * grad_bytes
+
+
+def separate_grad_accum_bytes() -> float:
+    """HBM bytes per parameter that DeepSpeed's ZeRO stage-1 optimizer moves after each micro-batch's
+    backward where it keeps an fp32 gradient accumulator beside a 2-byte model (``gradient_accumulation_dtype``
+    fp32 differing from the model dtype, gradients not partitioned: ``use_grad_accum_attribute``):
+    ``fill_grad_accum_attribute`` runs ``param.grad_accum.add_(param.grad.to(fp32))`` and sets ``param.grad``
+    to None ("Only for Stage 1, Mode 2", DeepSpeedZeroOptimizer.backward, deepspeed/runtime/zero/
+    stage_1_and_2.py at v0.16.4 e2dc3eeb): the cast and the add of ``bf16_optimizer_accumulation_bytes``,
+    2 + 4 + 3·4 = 18."""
+    return bf16_optimizer_accumulation_bytes()
+
+
 def fp16_param_grad_accumulation_bytes() -> float:
     """HBM bytes per parameter that autograd moves adding one micro-batch's fp16 gradient into the fp16
-    ``param.grad`` held across micro-batches: 2 + 2 + 2 = 6 (read the held and the fresh gradient, write the sum).
+    ``param.grad`` held across micro-batches: 2 + 2 + 2 = 6 (read the held and the fresh gradient, write the
+    sum; ``param_grad_accumulation_bytes`` of a 2-byte gradient).
 
     DeepSpeed's PipelineEngine under fp16 (AMP's stack: DachengLi1/AMP @ 72eeea4, ``DeepSpeed/deepspeed/runtime``)
     converts the module with ``module.half()`` (runtime/engine.py ``_configure_distributed_model``), so its FP16
     optimizer keeps fp16 ``param.grad`` (runtime/fp16/fused_optimizer.py), into which autograd's AccumulateGrad
     adds each micro-batch's gradient in place; the engine calls backward once per micro-batch and reduces only
     after the last (pipe/engine.py ``_exec_backward_pass``, ``_exec_reduce_grads``)."""
-    return 2.0 + 2.0 + 2.0
+    return param_grad_accumulation_bytes(2.0)
 
 
 # How a stack sums gradients over micro-batches → HBM bytes per parameter and micro-batch (``grad_accumulation_s``):

@@ -65,6 +65,7 @@ from paraplan.step.inputs import (  # noqa: F401
     transformer_layers,
     work_total,
 )
+from paraplan.step.constants import least_zero_stage_terms
 from paraplan.step.dualpipe import overlapped_pair_s, overlapped_pairs, pair_saving_s
 from paraplan.step.p2p import overlapped_p2p_exposed_s
 from paraplan.step.offload import offload_traffic_bytes, offloaded_activation_share
@@ -340,12 +341,12 @@ def pipeline_bound_s(inp: StepInputs) -> Num:
     bound on it, to the last bit (the same sum in the same order, each omitted part >= 0), and the
     same for every ZeRO, DP-overlap and offload choice. The pipeline half reads no DP-overlap or
     offload choice; of the ZeRO stage it reads the gradient terms a ZeRO-0 candidate may take apart
-    (StepInputs.zero_stage_terms, step.constants.at_zero_stage: the BF16_Optimizer's per-micro-batch
-    accumulation pass), so where they differ it is priced with the lesser of each, every time term
+    (StepInputs.zero_stage_terms, step.constants.at_zero_stage: the per-micro-batch accumulation pass of
+    the optimizer DeepSpeed runs at each stage), so where they differ it is priced with the least of each
+    (step.constants.least_zero_stage_terms), every time term
     being non-decreasing in them: then it bounds the candidates of every ZeRO stage alike."""
     if inp.zero_stage_terms:
-        zero0, others = inp.zero_stage_terms[:2]
-        inp = replace(inp, **{name: np.minimum(v, others[name]) for name, v in zero0.items()})
+        inp = replace(inp, **least_zero_stage_terms(inp.zero_stage_terms))
     return _breakdown(_pipeline(inp), 0.0, 0.0, 0.0)["step_time_s"]
 
 

@@ -10,7 +10,13 @@ import numpy as np
 from paraplan.cost import memory as mem
 from paraplan.cost.elementwise import where
 from paraplan.cost.quantisation import weight_quantisation_bytes
-from paraplan.cost.runtimes import GRAD_ACCUMULATION_BYTES, batch_sync_idle_s, fsdp_copy_bytes
+from paraplan.cost.runtimes import (
+    GRAD_ACCUMULATION_BYTES,
+    batch_sync_idle_s,
+    fsdp_copy_bytes,
+    param_grad_accumulation_bytes,
+    separate_grad_accum_bytes,
+)
 from paraplan.graph.eager_modules import impl_key
 from paraplan.specs.plan import RuntimeFields
 from paraplan.specs.runtime import RuntimeCosts
@@ -56,6 +62,7 @@ def system_terms(system: SystemSpec, dtype: str, runtime=None) -> dict:
         **runtime_terms(acc.efficiency.runtime, dtype, reduce_bytes),
         zero0=zero0_terms(system, dtype),
         bf16_optimizer_zero1=knobs.grad_dtype == "fp32",
+        zero01_accumulation=zero01_accumulation_bytes(system, dtype, knobs),
     )
 
 
@@ -135,6 +142,33 @@ def zero0_terms(system: SystemSpec, dtype: str) -> dict:
     }
 
 
+def zero01_accumulation_bytes(system: SystemSpec, dtype: str, runtime=None) -> tuple:
+    """(at ZeRO 0, at ZeRO 1): HBM bytes per parameter and micro-batch of the gradient accumulation
+    DeepSpeed's optimizers run where the BF16_Optimizer does not (runs_bf16_optimizer; its 18 B are
+    zero0_terms'), for a run of ``dtype`` on ``system`` under the run-wide knobs of ``runtime`` (None: their
+    defaults); () where the stack does not run DeepSpeed's optimizers (efficiency.runtime.zero0_bf16_optimizer
+    false) and for ZeRO 2/3 (the stack's grad_accumulation_bytes, unread: docs/model.md).
+
+    DeepSpeedEngine._do_optimizer_sanity_check and _configure_optimizer (deepspeed/runtime/engine.py at
+    v0.16.4 e2dc3eeb; the same at 0050fdad): without ZeRO an fp16 model runs the FP16 optimizers
+    (runtime/fp16/fused_optimizer.py, unfused_optimizer.py) and an fp32 model the basic optimizer, both
+    keeping the model-dtype ``param.grad`` into which autograd adds every micro-batch's gradient:
+    cost.runtimes.param_grad_accumulation_bytes of the model dtype (6 B, 12 B for fp32). ZeRO 1 runs the
+    ZeRO optimizer (runtime/zero/stage_1_and_2.py), which installs no gradient hooks below stage 2 unless
+    overlap_comm, and whose hooks even then reduce only at the accumulation boundary
+    (``reduce_ready_partitions_and_remove_grads``), so autograd adds into ``param.grad`` alike, unless its
+    gradient_accumulation_dtype (``grad_dtype``) is fp32 on a 2-byte model: then ``fill_grad_accum_attribute``
+    casts and adds each micro-batch into fp32 ``param.grad_accum`` (cost.runtimes.separate_grad_accum_bytes,
+    18 B; where the BF16_Optimizer does not run: fp16, or bf16 with the optimizer offloaded)."""
+    knobs = runtime if runtime is not None else _RUNTIME_DEFAULTS
+    if not system.accelerator.efficiency.runtime.zero0_bf16_optimizer:
+        return ()
+    model_bytes = mem.compute_copy_bytes(dtype)
+    at0 = param_grad_accumulation_bytes(model_bytes)
+    separate = knobs.grad_dtype == "fp32" and model_bytes < 4.0
+    return (at0, separate_grad_accum_bytes() if separate else at0)
+
+
 def runs_bf16_optimizer(zero, zero1: bool, offload_optimizer=False):
     """Whether DeepSpeed runs its BF16_Optimizer on candidates of ZeRO stage ``zero`` (a number or
     an array over candidates) whose optimizer is offloaded or not (``offload_optimizer``, the same):
@@ -159,17 +193,19 @@ def at_zero_stage(constants: dict, zero, offload_optimizer=False) -> dict:
     """The StepInputs fields of system_terms' ``constants`` for candidates of ZeRO stage ``zero``
     and optimizer offload ``offload_optimizer`` (numbers or arrays over candidates): its ``zero0``
     terms (zero0_terms) where the BF16_Optimizer runs (runs_bf16_optimizer: zero 0, and zero 1 with
-    fp32 gradients on the GPU), the rest as they are, and both (``zero_stage_terms``) to resolve
-    them again under other stages (step.layout.with_knobs). The one reading of that rule: the
-    uniform plans (step.layout.build_step_inputs: estimate and search) and the per-stage plans
-    (step.per_stage)."""
-    skip = ("zero0", "bf16_optimizer_zero1")
+    fp32 gradients on the GPU), the accumulation of DeepSpeed's other optimizers at ZeRO 0 and 1
+    (``zero01_accumulation``, zero01_accumulation_bytes), the rest as they are, and all of them
+    (``zero_stage_terms``) to resolve them again under other stages (step.layout.with_knobs). The one
+    reading of that rule: the uniform plans (step.layout.build_step_inputs: estimate and search) and
+    the per-stage plans (step.per_stage)."""
+    skip = ("zero0", "bf16_optimizer_zero1", "zero01_accumulation")
     terms = {name: value for name, value in constants.items() if name not in skip}
-    zero0 = constants["zero0"]
-    if not zero0:
+    zero0, accumulation = constants["zero0"], constants["zero01_accumulation"]
+    if not zero0 and not accumulation:
         return terms
-    others = {name: terms[name] for name in zero0}
-    stage_terms = (zero0, others, constants["bf16_optimizer_zero1"])
+    names = set(zero0) | ({"grad_accumulation_bytes"} if accumulation else set())
+    others = {name: terms[name] for name in sorted(names)}
+    stage_terms = (zero0, others, constants["bf16_optimizer_zero1"], accumulation)
     return (
         terms
         | zero_stage_values(stage_terms, zero, offload_optimizer)
@@ -179,13 +215,37 @@ def at_zero_stage(constants: dict, zero, offload_optimizer=False) -> dict:
 
 def zero_stage_values(zero_stage_terms: tuple, zero, offload_optimizer=False) -> dict:
     """The gradient terms of ``zero_stage_terms`` (the BF16_Optimizer's, the others', whether it
-    runs at zero 1; at_zero_stage) for candidates of ZeRO stage ``zero`` and optimizer offload
-    ``offload_optimizer`` (runs_bf16_optimizer); {} for ()."""
+    runs at zero 1, the other optimizers' accumulation at zero 0 and 1; at_zero_stage) for candidates
+    of ZeRO stage ``zero`` and optimizer offload ``offload_optimizer`` (runs_bf16_optimizer); {} for ()."""
     if not zero_stage_terms:
         return {}
-    zero0, others, zero1 = zero_stage_terms
+    zero0, others, zero1, accumulation = zero_stage_terms
     runs = runs_bf16_optimizer(zero, zero1, offload_optimizer)
-    return {name: where(runs, value, others[name]) for name, value in zero0.items()}
+    out = {name: where(runs, value, others[name]) for name, value in zero0.items()}
+    if accumulation:
+        at0, at1 = accumulation
+        stack = others["grad_accumulation_bytes"]  # ZeRO 2/3: the stack's
+        below = where(zero == 0, at0, where(zero == 1, at1, stack))
+        bf16 = zero0.get("grad_accumulation_bytes")
+        out["grad_accumulation_bytes"] = below if bf16 is None else where(runs, bf16, below)
+    return out
+
+
+def least_zero_stage_terms(zero_stage_terms: tuple) -> dict:
+    """The least value each term of ``zero_stage_terms`` (at_zero_stage) takes at any ZeRO stage: the
+    gradient terms a bound over every ZeRO stage of a group prices (step.compose.pipeline_bound_s)."""
+    zero0, others, _, accumulation = zero_stage_terms
+    names = set(zero0) | set(others)
+    out = {}
+    for name in sorted(names):
+        values = [v for v in (zero0.get(name), others.get(name)) if v is not None]
+        if name == "grad_accumulation_bytes":
+            values += list(accumulation)
+        least = values[0]
+        for value in values[1:]:
+            least = np.minimum(least, value)
+        out[name] = least
+    return out
 
 
 def runtime_terms(runtime: RuntimeCosts, dtype: str, reduce_bytes: float) -> dict:

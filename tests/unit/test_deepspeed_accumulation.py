@@ -1,0 +1,119 @@
+"""The gradient accumulation DeepSpeed's optimizers run at ZeRO 0 and 1 where the BF16_Optimizer does not
+(step.constants.zero01_accumulation_bytes, resolved per candidate by at_zero_stage / zero_stage_values): the
+FP16 optimizers (fp16, no ZeRO), the basic optimizer (fp32) and the ZeRO-1 optimizer keep the model-dtype
+param.grad into which autograd adds every micro-batch (3 x its bytes), and the ZeRO-1 optimizer with an fp32
+gradient_accumulation_dtype on a 2-byte model casts and adds into fp32 grad_accum (18 B); ZeRO 2/3 keep the
+stack's value (megatron-deepspeed's profile field, 18 B; none under deepspeed). Bytes by hand."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from paraplan.api import estimate
+from paraplan.catalog import load_framework, load_system
+from paraplan.cost.frameworks import framework_system
+from paraplan.cost.runtimes import param_grad_accumulation_bytes, separate_grad_accum_bytes
+from paraplan.specs.plan import RuntimeFields
+from paraplan.step.constants import (
+    at_zero_stage,
+    least_zero_stage_terms,
+    system_terms,
+    zero01_accumulation_bytes,
+)
+
+H100 = "dgx-h100-80gb"
+PLAN = {"gpus": 8, "micro_batch": 4, "global_batch": 64, "seq_length": 2048}
+
+
+def _system(profile: str):
+    return framework_system(load_framework(profile), load_system(H100))
+
+
+def test_the_passes_by_hand():
+    """read the held and the fresh gradient, write the sum: 2 + 2 + 2 and 4 + 4 + 4; cast (2 + 4) and add
+    (4 + 4 + 4) into fp32 grad_accum."""
+    assert param_grad_accumulation_bytes(2.0) == 6.0
+    assert param_grad_accumulation_bytes(4.0) == 12.0
+    assert separate_grad_accum_bytes() == 18.0
+
+
+@pytest.mark.parametrize(
+    "dtype, grad_dtype, cells",
+    [
+        ("bf16", "bf16", (6.0, 6.0)),
+        (
+            "bf16",
+            "fp32",
+            (6.0, 18.0),
+        ),  # zero 1 fp32 offloaded: grad_accum (the BF16_Optimizer's cell else)
+        ("fp16", "bf16", (6.0, 6.0)),  # "bf16" stands for the model's 2-byte dtype
+        ("fp16", "fp32", (6.0, 18.0)),
+        ("fp32", "fp32", (12.0, 12.0)),
+        ("fp32", "bf16", (12.0, 12.0)),
+    ],
+)
+def test_cells_by_dtype(dtype, grad_dtype, cells):
+    for profile in ("deepspeed", "megatron-deepspeed", "hf-transformers-deepspeed"):
+        got = zero01_accumulation_bytes(
+            _system(profile), dtype, RuntimeFields(grad_dtype=grad_dtype)
+        )
+        assert got == cells, profile
+
+
+def test_stacks_without_deepspeeds_optimizers_have_none():
+    assert zero01_accumulation_bytes(_system("megatron-core"), "bf16") == ()
+    assert zero01_accumulation_bytes(_system("deepspeed-2021"), "fp16") == ()  # v0.3.14: not read
+
+
+@pytest.mark.parametrize(
+    "dtype, grad_dtype, by_zero",
+    [
+        (
+            "bf16",
+            "fp32",
+            [18.0, 18.0, 18.0, 18.0],
+        ),  # BF16_Optimizer at 0 and 1, the profile's at 2/3
+        (
+            "bf16",
+            "bf16",
+            [18.0, 6.0, 18.0, 18.0],
+        ),  # zero 0: BF16_Optimizer; zero 1: bf16 param.grad
+        ("fp16", "bf16", [6.0, 6.0, 18.0, 18.0]),  # the FP16 optimizer, the ZeRO-1 optimizer
+        ("fp16", "fp32", [6.0, 18.0, 18.0, 18.0]),  # ZeRO-1's fp32 grad_accum
+        ("fp32", "fp32", [12.0, 12.0, 18.0, 18.0]),
+    ],
+)
+def test_megatron_deepspeed_by_zero_stage(dtype, grad_dtype, by_zero):
+    """megatron-deepspeed's profile field (18 B) is read at ZeRO 2/3 only; at 0 and 1 the optimizer decides."""
+    terms = system_terms(_system("megatron-deepspeed"), dtype, RuntimeFields(grad_dtype=grad_dtype))
+    picked = at_zero_stage(terms, np.array([0, 1, 2, 3]))
+    assert picked["grad_accumulation_bytes"].tolist() == by_zero
+    for zero, value in enumerate(by_zero):  # scalars as arrays
+        assert at_zero_stage(terms, zero)["grad_accumulation_bytes"] == value
+
+
+def test_the_bound_takes_the_least_cell():
+    """step.compose.pipeline_bound_s prices a group with the least of each term over the ZeRO stages."""
+    terms = system_terms(_system("megatron-deepspeed"), "bf16", RuntimeFields(grad_dtype="bf16"))
+    least = least_zero_stage_terms(at_zero_stage(terms, 0)["zero_stage_terms"])
+    assert least["grad_accumulation_bytes"] == 6.0
+    assert (least["grad_bytes"], least["grad_reduce_bytes"]) == (2.0, 2.0)
+
+
+def test_fp16_zero1_pays_autograds_pass_by_hand():
+    """gpt3-1.3b on 8 H100s, micro-batch 4, global batch 64, fp16 at ZeRO 1 under deepspeed: m = 2
+    micro-batches, each adding P·6 B into the fp16 param.grad at the HBM rate (cost.runtimes.grad_accumulation_s),
+    against the same stack without DeepSpeed's optimizers (zero0_bf16_optimizer false: no pass)."""
+    fields = {"zero": 1, "dtype": "fp16", **PLAN}
+    on = estimate("gpt3-1.3b", H100, framework="deepspeed", **fields)
+    off = estimate(
+        "gpt3-1.3b",
+        H100,
+        framework=load_framework("deepspeed").model_dump() | {"zero0_bf16_optimizer": False},
+        **fields,
+    )
+    params = on.stages[0].weights_bytes / 2.0
+    by_hand = 2 * params * 6.0 / _system("deepspeed").accelerator.hbm_rate()
+    assert by_hand == pytest.approx(0.0055529, rel=1e-3)
+    assert on.breakdown.backward_s - off.breakdown.backward_s == pytest.approx(by_hand, rel=1e-9)
