@@ -23,7 +23,7 @@ from paraplan.specs.recompute import MODE_NAMES, MODES, mode_modules
 from paraplan.specs.tp_layout import TP_LAYOUTS
 from paraplan.step.blocks import p2p_bytes
 from paraplan.step.build import block_memory_facts, gradient_group, model_gradient_groups
-from paraplan.step.p2p import links_of
+from paraplan.step.p2p import link_tp_span, links_of
 
 # the columns of the row table: degrees, batch, placement, layer knobs, and the ids of the rows' entries
 COLUMNS = (
@@ -56,7 +56,7 @@ class Costings:
         self.placement_names: list[str] = []
         self.costs: list[CostInputs] = []  # per (shape, tp span, cp span): _cost_inputs
         self.memories: list = []  # per (shape, recompute): block kind -> BlockMemoryFacts (None: not yet)
-        self.transfers: list = []  # per (exchange bytes, tp, pp span): step.p2p.PipelineLinks
+        self.transfers: list = []  # per (exchange bytes, tp, pp span, link tp span): step.p2p.PipelineLinks
         self.groups: list[dict] = []  # per set of gradient-group spans: name -> GradientGroup
         self._out = {
             "placement": self.placement_names,
@@ -166,12 +166,13 @@ def _exchange_bytes(problem: SearchProblem, tp: int, cp: int, micro_batch: int) 
     return size
 
 
-def _transfer_s(problem: SearchProblem, size: float, tp: int, pp_span):
+def _transfer_s(problem: SearchProblem, size: float, tp: int, pp_span, tp_span=None):
     """The pipeline's links of an exchange of ``size`` bytes (step.p2p.links_of, step.p2p.pipeline_links), costed
-    once per (bytes, tp, span) across the problem's tables; the rows name them by that key (Llama 3.1 405B: 1,014
-    entries, where (tp, cp, micro-batch, span) named 4,901)."""
+    once per (bytes, tp, span, the TP span its runtime's gathers read: step.p2p.link_tp_span) across the problem's
+    tables; the rows name them by that key (Llama 3.1 405B: 1,014 entries, where (tp, cp, micro-batch, span)
+    named 4,901)."""
     memo = problem._memo.setdefault("pipeline_links", {})
-    key = (size, tp, pp_span)
+    key = (size, tp, pp_span, tp_span)
     found = memo.get(key)
     if found is None:
         found = memo[key] = links_of(problem.model, problem.system, *key)
@@ -318,7 +319,12 @@ class RowEnumeration:
         batches = problem.micro_batches(dp)
         if not batches:
             return
-        pp_spans = tuple(spans["pp"] for _, spans in placements)
+        system = (
+            self.problem.system
+        )  # the pp span and, where the runtime gathers over TP, the tp span
+        pp_spans = tuple(
+            (spans["pp"], link_tp_span(system, spans["tp"])) for _, spans in placements
+        )
         spans = (
             tuple(pairs),
             tuple(self._tag("pair", pair) for pair in pairs),
@@ -377,7 +383,7 @@ class RowEnumeration:
     def _batch_ids(self, tp, cp, mb, knobs: KnobColumns, spans: tuple) -> BatchIds:
         """(p2p ids per placement, cost ids per (cost key, span pair), memory ids per memory key) at one micro-batch;
         ``spans``: the distinct (tp span, cp span) pairs of the placements, their tags, the tag of their tuple, the
-        placements' pp spans and their tag (``_tag``). Each list is memoised on what its keys read: the p2p ids on the
+        placements' pp spans (each with the tp span its links read: step.p2p.link_tp_span) and their tag (``_tag``). Each list is memoised on what its keys read: the p2p ids on the
         exchange's bytes, tp and the pp spans, the cost ids on the knobs and span pairs, the memory ids on the knobs
         (factorizations of one (tp, cp) share them; Llama 3.1 405B: 2,016 calls, none alike in all three). Interning
         is idempotent, so a memoised list is the ids the calls would give."""
@@ -387,7 +393,7 @@ class RowEnumeration:
         p2p = memo.get(("p2p", size, tp, pp_tag))
         if p2p is None:
             p2p = memo["p2p", size, tp, pp_tag] = [
-                costings.intern("p2p", (size, tp, span), _transfer_s, problem, size, tp, span)
+                costings.intern("p2p", (size, tp, *span), _transfer_s, problem, size, tp, *span)
                 for span in pp_spans
             ]
         cost = memo.get(("cost", tp, cp, mb, id(knobs), pairs_tag))

@@ -357,7 +357,7 @@ def row_facts(
         recompute_code=RECOMPUTE_CODES[recompute],
         overlap_tp_comm=overlap_tp_comm,
         tp_domains=spans["tp"].domains,
-        pipeline=pipeline_links(model, system, shape, spans["pp"]),
+        pipeline=pipeline_links(model, system, shape, spans["pp"], spans["tp"]),
         layers=model.layers,
         pp=pp,
         microbatches=microbatches,

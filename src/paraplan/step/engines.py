@@ -42,9 +42,9 @@ class EngineRules:
     # (step.constants.grad_reduce_bytes, as a uniform plan's StepInputs.grad_reduce_bytes)
     tied_grad_bytes: float = 0.0
     grad_split_over_tp: bool = True  # backward: each TP rank sends 1/t of the activation gradient
-    gather_after_recv: bool = (
-        False  # a split activation is all-gathered over the receiving stage's TP group
-    )
+    # (receiver's, sender's) all-gathers of the whole activation over the stage's TP group per exchange
+    # with a neighbour, rebuilding what was split over the TP ranks (step.p2p.pipe_tp_gathers_s)
+    tp_gathers: tuple[int, int] = (0, 0)
     sends_attention_mask: bool = (
         False  # the [1, 1, s, s] fp16 causal mask travels with every activation
     )
@@ -138,10 +138,14 @@ ENGINES = {
     #   profiles' version: pipeline.pipe_partitioned and grad_partitioned True by default,
     #   runtime/config.py), 1/t of its gradient, as the uniform path prices every stack's exchange
     #   (step.blocks.p2p_bytes): the same rule here (True, grad_split_over_tp True), one definition for
-    #   both paths. The TP all-gathers that rebuild them (PartitionedTensor.full(): the receiver's
-    #   input in _exec_forward_pass, the sender's own output and the received gradient in
-    #   _exec_backward_pass) neither path prices (docs/model.md, "The PipelineEngine's TP gathers");
-    #   AMP's copy (gradients sent whole, the receiver's gather) is ENGINE_STACKS["amp2022"]'s;
+    #   both paths. Each split tensor is rebuilt by PartitionedTensor.full() (runtime/utils.py 699-716:
+    #   dist.all_gather_into_tensor over grid.get_slice_parallel_group(), the TP group), blocking on the
+    #   compute stream before the compute that reads it: on the receiver once per micro-batch, its input
+    #   in _exec_forward_pass (pipe/engine.py 660-667), and on the sender twice, in _exec_backward_pass,
+    #   its own output partitioned after the forward (695-700; rebuilt at 752-759) and the received
+    #   gradient (767-774): tp_gathers (1, 2), priced on both paths by step.p2p.pipe_tp_gathers_s (the
+    #   uniform one through step.p2p.links_of, pipe_tp_gathers). AMP's copy (gradients sent whole, the
+    #   receiver's gather) is ENGINE_STACKS["amp2022"]'s;
     # - ReduceTiedGrads and ReduceGrads run after the last backward (TrainSchedule): no overlap of
     #   the data-parallel reduction with the backward, a plan's switch checked by
     #   specs.rules_stack.engine_dp_overlap_rule (refused with pp > 1, as on a uniform plan);
@@ -162,6 +166,7 @@ ENGINES = {
         True,
         0.0,
         True,
+        tp_gathers=(1, 2),
         batch_syncs=DEEPSPEED_PIPE_BATCH_SYNCS,
     ),
 }
@@ -204,7 +209,7 @@ ENGINE_STACKS = {
         "gradient_bytes": 6.0,
         "grad_accumulation": "fp16_param_grad",
         "grad_split_over_tp": False,
-        "gather_after_recv": True,
+        "tp_gathers": (1, 0),
         "async_tp_backward": False,
         "tied_grad_bytes": 2.0,
         "sends_attention_mask": True,
@@ -212,6 +217,14 @@ ENGINE_STACKS = {
         "activation_memory_factor": DEEPSPEED_ACTIVATION_MEMORY_FACTOR,
     },
 }
+
+
+def pipe_tp_gathers(engine: str) -> tuple[int, int]:
+    """(receiver's, sender's) TP all-gathers per exchange of a uniform plan's pipeline runtime
+    (efficiency.runtime.pipeline_engine): its ENGINES rules' tp_gathers, as a per-stage plan on that
+    engine prices them (none for a runtime ENGINES does not describe)."""
+    rules = ENGINES.get(engine)
+    return (0, 0) if rules is None else rules.tp_gathers
 
 
 def engine_rules_of(engine: str, stack: str | None = None) -> EngineRules:

@@ -7,6 +7,8 @@
 - ``boundary_crosses``: on which link each stage boundary sits, for a uniform plan's pp group;
 - ``uniform_group_p2p``: the per-micro-batch seconds of a uniform split group's stages, in at most two
   classes (the stages of a group differ only in which of their links cross a node);
+- ``pipe_tp_gathers_s``: the TP all-gathers a pipeline runtime runs on each side of an exchange to rebuild
+  what it split over the TP ranks (DeepSpeed's PipelineEngine: PartitionedTensor.full());
 - ``overlapped_p2p_exposed_s``: what the interleaved schedule's asynchronous transfers leave exposed
   (Megatron-Core overlap_p2p_comm);
 - ``tied_embedding_sync_s``: the all-reduce of the tied word-embedding gradient between the first and
@@ -24,6 +26,7 @@ from paraplan.graph.transformer import LayerShape
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.system import SystemSpec
 from paraplan.step.blocks import p2p_bytes
+from paraplan.step.engines import pipe_tp_gathers
 
 Num = Any
 
@@ -43,6 +46,10 @@ class PipelineLinks(NamedTuple):
     domains: Num
     tied: LinearCollective
     tied_elements: Num
+    # the pipeline runtime's TP all-gathers per exchange on the receiving and on the sending side
+    # (pipe_tp_gathers_s; 0 but on DeepSpeed's PipelineEngine at tp > 1)
+    recv_gather_s: Num = 0.0
+    send_gather_s: Num = 0.0
 
 
 def tied_embedding_elements(model: ModelSpec, tp: int) -> float:
@@ -54,24 +61,63 @@ def tied_embedding_elements(model: ModelSpec, tp: int) -> float:
     return model.vocab * model.hidden / tp
 
 
+def pipe_tp_gathers_s(
+    gathers: Num, whole_bytes: Num, tp_span: GroupSpan, system: SystemSpec
+) -> Num:
+    """Seconds of ``gathers`` all-gathers of the whole activation (``whole_bytes``: b·(s/c)·h at the
+    activation's bytes, as the receiving or sending stage holds it) over one stage's TP group:
+    n · ((t_in − 1)/t_in · S/B_nvlink + (o − 1)/o · (S/t_in)/B_nic + latency) (cost.comm.linear_collective's
+    all-gather on ``tp_span``; 0 for n = 0 or one TP rank).
+
+    DeepSpeed's PipelineEngine with model parallelism splits the activation it sends and the gradient it
+    returns over the TP ranks (pipe_partitioned / grad_partitioned, True by default: runtime/config.py
+    get_pipeline_config at 0050fdad) and rebuilds each with PartitionedTensor.full(), an
+    all_gather_into_tensor over the slice-parallel (TP) group (runtime/utils.py 699-716), issued without
+    async_op before the compute that reads it: once per micro-batch on the receiver (its input,
+    pipe/engine.py _exec_forward_pass 660-667) and twice on the sender (its own output, partitioned after the
+    forward at 695-700 and rebuilt at 752-759, and the received gradient at 767-774, _exec_backward_pass).
+    The counts are the engine's (step.engines.EngineRules.tp_gathers), one rule for the uniform path
+    (links_of) and the per-stage one (step.stage_links.p2p_exchange_s)."""
+    if not gathers:
+        return 0.0
+    return gathers * linear_collective("all_gather", tp_span, system).time_s(whole_bytes)
+
+
 def pipeline_links(
-    model: ModelSpec, system: SystemSpec, shape: LayerShape, pp_span: GroupSpan
+    model: ModelSpec,
+    system: SystemSpec,
+    shape: LayerShape,
+    pp_span: GroupSpan,
+    tp_span: GroupSpan | None = None,
 ) -> PipelineLinks:
     """PipelineLinks of a uniform plan: one exchange is one activation each way at once (p2p_bytes: the
     forward activation out, the gradient of the same size in) on the link, S/B + α (send_recv), times the
     runtime's transfers per exchange (specs.runtime: 2 where send and receive are separate blocking calls,
     DeepSpeed's PipelineEngine, cost.runtimes.DEEPSPEED_PIPE_TRANSFERS_PER_EXCHANGE); the first and the
-    last stage are on different nodes when the pp group spans several. The shape enters through the bytes and
-    the tp degree only (``links_of``: the search's rows share one costing per (bytes, tp, span))."""
-    return links_of(model, system, p2p_bytes(model, shape), shape.tp, pp_span)
+    last stage are on different nodes when the pp group spans several; the runtime's TP all-gathers on each
+    side on the plan's ``tp_span`` (pipe_tp_gathers_s, where ``link_tp_span`` keeps it). The shape enters
+    through the bytes and the tp degree only (``links_of``: the search's rows share one costing per (bytes,
+    tp, span, link_tp_span))."""
+    size = p2p_bytes(model, shape)
+    return links_of(model, system, size, shape.tp, pp_span, link_tp_span(system, tp_span))
 
 
 def links_of(
-    model: ModelSpec, system: SystemSpec, size: float, tp: int, pp_span: GroupSpan
+    model: ModelSpec,
+    system: SystemSpec,
+    size: float,
+    tp: int,
+    pp_span: GroupSpan,
+    tp_span: GroupSpan | None = None,
 ) -> PipelineLinks:
-    """``pipeline_links`` of an exchange of ``size`` bytes at tensor-parallel degree ``tp``."""
+    """``pipeline_links`` of an exchange of ``size`` bytes at tensor-parallel degree ``tp``, with the
+    pipeline runtime's TP all-gathers (``pipe_tp_gathers_s`` of the whole activation, size·t, on the
+    stages' ``tp_span``; none without one: ``link_tp_span``)."""
     crossing = pp_span.domains > 1
-    transfers = system.accelerator.efficiency.runtime.p2p_transfers_per_exchange
+    runtime = system.accelerator.efficiency.runtime
+    transfers = runtime.p2p_transfers_per_exchange
+    recv, send = pipe_tp_gathers(runtime.pipeline_engine)
+    one = 0.0 if tp_span is None else float(pipe_tp_gathers_s(1, size * tp, tp_span, system))
     return PipelineLinks(
         transfers * collective_time_s("send_recv", size, ONE_NODE, system),
         transfers * collective_time_s("send_recv", size, TWO_NODES, system),
@@ -79,7 +125,17 @@ def links_of(
         pp_span.domains,
         linear_collective("all_reduce", TWO_NODES if crossing else ONE_NODE, system),
         tied_embedding_elements(model, tp),
+        recv * one,
+        send * one,
     )
+
+
+def link_tp_span(system: SystemSpec, tp_span: GroupSpan) -> GroupSpan | None:
+    """The TP span a uniform plan's pipeline links read: ``tp_span`` where the plan's pipeline runtime
+    gathers over the TP group (step.engines.pipe_tp_gathers), else None (the links then do not depend on
+    it, so the search costs one per exchange's bytes, tp and pp span)."""
+    gathers = pipe_tp_gathers(system.accelerator.efficiency.runtime.pipeline_engine)
+    return tp_span if any(gathers) else None
 
 
 def exchanges(position: Num, pp: Num, vpp: Num) -> tuple[Num, Num]:
@@ -133,21 +189,26 @@ def uniform_group_p2p(
     per-stage plan's links one by one). With a ≥ 2 no middle rank
     has both links across, so a group of middle ranks holds C ranks with one crossing link and the rest
     with none; a group holding an end rank is one stage (specs/split.py). Class 2 is empty but for such
-    a group of several middle ranks."""
+    a group of several middle ranks. Each exchange with the previous rank adds the runtime's receiving-side
+    TP gathers (``recv_gather_s``), each with the next its sending-side ones (``send_gather_s``)."""
     inner, outer, a, o = links.inner_s, links.outer_s, links.per_domain, links.domains
     spans = o > 1
     last = index + count - 1
     crossing_prev, crossing_next = _multiples(index, last, a), _multiples(index + 1, last + 1, a)
     prev_out = spans & (crossing_prev > 0)
     next_out = spans & ((crossing_next > 0) | (last == pp - 1))
+    recv, send = links.recv_gather_s, links.send_gather_s
     single = stage_p2p_s(
-        where(prev_out, outer, inner), where(next_out, outer, inner), index, pp, vpp
+        where(prev_out, outer, inner) + recv, where(next_out, outer, inner) + send, index, pp, vpp
     )
     mixed = (count > 1) & (a >= 2) & spans
     one = where(mixed, crossing_prev + crossing_next, count)
+    gathers = vpp * (
+        recv + send
+    )  # a middle rank's, receiving from its previous and sending to its next
     return (
-        (where(mixed, vpp * (inner + outer), single), one),
-        (where(pp > 1, 2.0 * vpp * inner, 0.0), count - one),
+        (where(mixed, vpp * (inner + outer) + gathers, single), one),
+        (where(pp > 1, 2.0 * vpp * inner + gathers, 0.0), count - one),
     )
 
 

@@ -90,7 +90,8 @@ def placed_p2p_s(
     links: PipelineLinks, position: Num, dims: StageDims, vpp: Num, domain: int
 ) -> Num:
     """Point-to-point seconds per micro-batch of the stage at ``position`` (step.p2p.stage_p2p_s): each
-    neighbour's exchanges on the node's link or, when ``boundary_crosses``, the network's; the end stages'
+    neighbour's exchanges on the node's link or, when ``boundary_crosses``, the network's, each with the
+    runtime's TP gathers on its side (PipelineLinks.recv_gather_s / send_gather_s); the end stages'
     wrapping neighbour (interleaved) is the other end stage."""
     pp, stage = dims.pp, dims.tp * dims.cp * dims.dp
     before = where(position == 0, pp - 1, position - 1)
@@ -99,7 +100,13 @@ def placed_p2p_s(
     def seconds(a: Num, b: Num) -> Num:
         return where(boundary_crosses(a, b, stage, dims.tp, domain), links.outer_s, links.inner_s)
 
-    return stage_p2p_s(seconds(before, position), seconds(position, after), position, pp, vpp)
+    return stage_p2p_s(
+        seconds(before, position) + links.recv_gather_s,
+        seconds(position, after) + links.send_gather_s,
+        position,
+        pp,
+        vpp,
+    )
 
 
 def _stacked(groups: list[GradientGroup], which: np.ndarray) -> GradientGroup:

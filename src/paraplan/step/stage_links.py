@@ -22,7 +22,7 @@ from paraplan.specs.system import SystemSpec
 from paraplan.step.build import gradient_group
 from paraplan.step.compose import GradientGroup
 from paraplan.step.constants import at_zero_stage, system_terms
-from paraplan.step.p2p import tied_embedding_elements
+from paraplan.step.p2p import pipe_tp_gathers_s, tied_embedding_elements
 from paraplan.step.p2p import tied_embedding_sync_s as tied_sync_rule
 from paraplan.step.engines import (
     EngineRules,
@@ -271,7 +271,9 @@ def p2p_exchange_s(
     one batched exchange (n = 1), else (n/2)·(t(fwd) + t(bwd)) for n blocking transfers, half each way; the
     forward bytes of step.engines.forward_transfer_bytes and
     the backward bytes of backward_transfer_bytes (``sent_bytes``: the activation over tp after each
-    block), and, on the receiver, the all-gather that rebuilds an activation split over its TP ranks."""
+    block), and the engine's all-gathers over this side's TP group that rebuild what was split over its
+    TP ranks (EngineRules.tp_gathers: receiver's, sender's; step.p2p.pipe_tp_gathers_s, the uniform path's
+    rule)."""
     if a is None or b is None:
         return np.zeros(len(sent_bytes))
     own = b if receiver else a  # sent_bytes are this side's (its micro-batch and tp)
@@ -285,11 +287,11 @@ def p2p_exchange_s(
         out = (transfers / 2.0) * (
             p2p_time_s(cluster, a, b, fwd, receiver) + p2p_time_s(cluster, a, b, bwd, receiver)
         )
-    if receiver and rules.gather_after_recv and rules.p2p_split_over_tp and b.dims.tp > 1:
-        pool = b.slices[0][0]
-        system = cluster.pool(pool).system
-        span = tp_span(cluster, b.slices, b.dims.tp, pool)
-        out = out + linear_collective("all_gather", span, system).time_s(whole)
+    gathers = rules.tp_gathers[0 if receiver else 1]
+    if gathers and rules.p2p_split_over_tp and own.dims.tp > 1:
+        pool = own.slices[0][0]
+        span = tp_span(cluster, own.slices, own.dims.tp, pool)
+        out = out + pipe_tp_gathers_s(gathers, whole, span, cluster.pool(pool).system)
     return out
 
 
