@@ -19,6 +19,7 @@ from paraplan.cost.overlap import bucketed_reduce_exposed_s, prefetched_gather_e
 from paraplan.cost.runtimes import runtime_copy_s
 from paraplan.cost.zero3_host import host_exposed_s
 from paraplan.step import zero3_legacy as legacy
+from paraplan.step.bf16_optimizer_sync import bf16_optimizer_kinds, bf16_optimizer_traffic
 from paraplan.step.inputs import (
     TRANSFORMER_KINDS,
     GradientGroup,
@@ -98,8 +99,9 @@ def tail_terms(
     """(exposed data-parallel communication, optimizer step, optimizer offload) of one stage.
 
     zero 0: all-reduce of fp32 gradients; zero 1-2: reduce-scatter of gradients + all-gather of
-    weights (Megatron distributed optimizer / ZeRO), ZeRO-2 on a stack that reduces every micro-batch
-    (``zero2_reduces``) m reduce-scatters; zero 3: per micro-batch all-gather of weights
+    weights (Megatron distributed optimizer / ZeRO; DeepSpeed's BF16_Optimizer: all-reduce, then the
+    all-gather after its step, step.bf16_optimizer_sync), ZeRO-2 on a stack that reduces every
+    micro-batch (``zero2_reduces``) m reduce-scatters; zero 3: per micro-batch all-gather of weights
     in forward and backward and reduce-scatter of gradients (ZeRO §5.3). Gradient reduction
     overlaps the last micro-batch's backward, the weight all-gather the first micro-batch's
     forward, when the overlap switches are on (Megatron-LM --overlap-grad-reduce /
@@ -123,10 +125,11 @@ def tail_terms(
     time, price = traffic.time, traffic.price
     grad_window = backward_window * inp.knobs.overlap_dp_grad_reduce
     gather_window = forward_window * inp.knobs.overlap_param_gather
+    gather_window, after_step = bf16_optimizer_traffic(inp, time, price, gather_window)
     exposure = {}
     if 0 in branches:
         ar = time["all_reduce"]
-        exposure[0] = priced_exposure_s(
+        exposure[0] = after_step + priced_exposure_s(
             ar,
             after_slack_s(bucketed_reduce_exposed_s(ar, grad_window, traffic.buckets), slack),
             price["all_reduce"],
@@ -327,6 +330,7 @@ def _dp_traffic(inp: StepInputs, stage: Stage, branches: tuple, blocks: tuple) -
         + inp.zero3_reduce_unsharded_bytes
     )
     kinds = [kind for branch in branches for kind in ZERO_COLLECTIVES[branch]]
+    kinds = list(dict.fromkeys(kinds + list(bf16_optimizer_kinds(inp))))  # its own traffic's, too
     time = dict.fromkeys(kinds, 0.0)
     t = _Traffic(time, dict(time))
     for name, group in inp.gradient_groups.items():

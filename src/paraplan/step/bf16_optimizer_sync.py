@@ -1,0 +1,66 @@
+"""DeepSpeed's BF16_Optimizer's own data-parallel traffic, read by step.tail.tail_terms.
+
+Where DeepSpeed runs its BF16_Optimizer (step.constants.runs_bf16_optimizer: zero 0, and zero 1 with fp32
+gradients and the optimizer on the GPU), the step's data-parallel traffic is the optimizer's, not ZeRO's:
+
+- the whole gradient is all-reduced: the PipelineEngine's ReduceGrads runs _bf16_reduce_grads →
+  buffered_allreduce_fallback over the optimizer's get_grads_for_reduction (deepspeedai/DeepSpeed at 0050fdad,
+  deepspeed/runtime/pipe/engine.py 276-287, runtime/engine.py 2452-2463), and DeepSpeedEngine.allreduce_gradients
+  takes the same fallback where the optimizer has no reduce_gradients (step.constants.runs_bf16_optimizer);
+- the optimizer steps over its fp32 partition of the flat groups (one of dp: runtime/bf16_optimizer.py
+  __init__, partition_size = numel // real_dp_world_size) and then all-gathers the bf16 weights over the
+  data-parallel group (step → update_lp_params → runtime/utils.py all_gather_dp_groups, 421-434 and 996-1031),
+  synchronously, after the update: nothing overlaps it.
+
+So ZeRO 1's reduce-scatter becomes an all-reduce and the gather gets no overlap window, and ZeRO 0's
+all-reduce is followed by that all-gather (at the weights' bytes, as ZeRO 1's).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from paraplan.cost.elementwise import where
+from paraplan.step.constants import runs_bf16_optimizer
+from paraplan.step.inputs import StepInputs
+
+Num = Any
+
+# the call kinds of step.tail.ZERO_COLLECTIVES the optimizer's traffic reads
+BF16_OPTIMIZER_KINDS = ("all_reduce", "all_gather")
+
+
+def _stack_may_run_it(inp: StepInputs) -> bool:
+    """Whether the run's stack and dtype take the BF16_Optimizer on some ZeRO stage: its terms
+    (step.constants.zero0_terms, the first of StepInputs.zero_stage_terms) are not empty."""
+    return bool(inp.zero_stage_terms) and bool(inp.zero_stage_terms[0])
+
+
+def bf16_optimizer_kinds(inp: StepInputs) -> tuple[str, ...]:
+    """The data-parallel call kinds step.tail._dp_traffic must cost beside its ZeRO branches' for the
+    BF16_Optimizer's traffic: both where the stack may run it on some candidate (``_stack_may_run_it``),
+    none elsewhere."""
+    return BF16_OPTIMIZER_KINDS if _stack_may_run_it(inp) else ()
+
+
+def bf16_optimizer_runs(inp: StepInputs) -> Num:
+    """Whether each candidate runs the BF16_Optimizer (step.constants.runs_bf16_optimizer at its ZeRO stage
+    and optimizer offload); False where the stack never does (``_stack_may_run_it``)."""
+    if not _stack_may_run_it(inp):
+        return False
+    return runs_bf16_optimizer(inp.knobs.zero, inp.zero_stage_terms[2], inp.knobs.offload_optimizer)
+
+
+def bf16_optimizer_traffic(inp: StepInputs, time: dict, price: dict, gather_window: Num) -> tuple:
+    """(gather window, seconds after the step at ZeRO 0) under the BF16_Optimizer's traffic (module
+    docstring): where it runs, ``time`` / ``price`` (step.tail._Traffic's, per call kind) take the
+    all-reduce in place of ZeRO 1's reduce-scatter, the weights' all-gather gets no window (0 s), and a
+    ZeRO 0 candidate adds that all-gather, wholly exposed (AG_dp(P_stage · weight bytes)); elsewhere
+    ``gather_window`` and 0."""
+    runs = bf16_optimizer_runs(inp)
+    if runs is False or "all_gather" not in time:
+        return gather_window, 0.0
+    if "reduce_scatter" in time:
+        time["reduce_scatter"] = where(runs, time["all_reduce"], time["reduce_scatter"])
+        price["reduce_scatter"] = where(runs, price["all_reduce"], price["reduce_scatter"])
+    return where(runs, 0.0, gather_window), where(runs, time["all_gather"], 0.0)

@@ -1,0 +1,90 @@
+"""step.bf16_optimizer_sync: where DeepSpeed runs its BF16_Optimizer (zero 0; zero 1 with fp32 gradients on the
+GPU) its own data-parallel traffic, an all-reduce of the whole gradient and, after the step over its fp32 partition,
+an all-gather of the bf16 weights (runtime/bf16_optimizer.py update_lp_params → all_gather_dp_groups, 0050fdad),
+in place of ZeRO's reduce-scatter + all-gather."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from paraplan.api import estimate
+from paraplan.catalog import load_system
+from paraplan.step import tail
+from paraplan.step.bf16_optimizer_sync import bf16_optimizer_kinds, bf16_optimizer_traffic
+
+H100 = "dgx-h100-80gb"
+PLAN = {"gpus": 8, "micro_batch": 4, "global_batch": 64, "seq_length": 2048, "dtype": "bf16"}
+
+
+def _inp(zero, zero1: bool, stack_runs_it: bool = True, offload=False):
+    """The fields the rule reads: the knobs and StepInputs.zero_stage_terms (BF16_Optimizer's terms,
+    the others', whether it runs at zero 1, the other optimizers' accumulation), empty where the stack never
+    runs DeepSpeed's optimizers."""
+    terms = ({"grad_bytes": 4.0}, {"grad_bytes": 2.0}, zero1, ()) if stack_runs_it else ()
+    return SimpleNamespace(
+        knobs=SimpleNamespace(zero=zero, offload_optimizer=offload), zero_stage_terms=terms
+    )
+
+
+def _traffic():
+    return {"all_reduce": 10.0, "reduce_scatter": 4.0, "all_gather": 3.0}, {
+        "all_reduce": 1.0,
+        "reduce_scatter": 0.4,
+        "all_gather": 0.3,
+    }
+
+
+def test_candidates_by_hand():
+    """Candidates at zero 0, 1, 2 with fp32 gradients stated (zero1 True): zero 0 adds the 3 s all-gather
+    after the step; zero 1 reduces by the 10 s all-reduce and its gather loses the 5 s window; zero 2 keeps
+    ZeRO's traffic."""
+    time, price = _traffic()
+    zero = np.array([0, 1, 2])
+    window, after = bf16_optimizer_traffic(_inp(zero, True), time, price, 5.0)
+    assert list(window) == [0.0, 0.0, 5.0]
+    assert list(after) == [3.0, 3.0, 0.0]  # tail_terms adds it on the ZeRO-0 branch only
+    assert list(time["reduce_scatter"]) == [10.0, 10.0, 4.0]
+    assert list(price["reduce_scatter"]) == [1.0, 1.0, 0.4]
+
+
+def test_zero1_without_fp32_gradients_and_other_stacks_keep_zero():
+    fp16 = SimpleNamespace(  # DeepSpeed's other optimizers' terms only (an fp16 run)
+        knobs=SimpleNamespace(zero=0, offload_optimizer=False),
+        zero_stage_terms=({}, {"grad_accumulation_bytes": 0.0}, False, (6.0, 6.0)),
+    )
+    cases = (_inp(1, False), _inp(0, True, stack_runs_it=False), _inp(1, True, offload=True), fp16)
+    for inp in cases:
+        time, price = _traffic()
+        assert bf16_optimizer_traffic(inp, time, price, 5.0) == (5.0, 0.0)
+        assert time["reduce_scatter"] == 4.0 and price["reduce_scatter"] == 0.4
+    assert bf16_optimizer_kinds(_inp(0, False)) == ("all_reduce", "all_gather")
+    assert bf16_optimizer_kinds(_inp(0, False, stack_runs_it=False)) == ()
+    assert bf16_optimizer_kinds(fp16) == ()
+
+
+def test_zero0_all_gather_by_hand(monkeypatch):
+    """GPT-3 1.3B on 8 H100s (NVSwitch, 450 GB/s at 0.75, 5 us a hop), deepspeed profile, bf16, zero 0: the
+    step's data-parallel seconds grow by the all-gather of the P bf16 weights, in the DP buckets of
+    step.tail (ceil(P / 40M) calls): 7/8 · 2P / 337.5 GB/s + ceil(P / 40M) · 7 · 5 us."""
+    e = estimate("gpt3-1.3b", H100, framework="deepspeed", zero=0, **PLAN)
+    monkeypatch.setattr(tail, "bf16_optimizer_traffic", lambda inp, t, p, g: (g, 0.0))
+    zero_only = estimate("gpt3-1.3b", H100, framework="deepspeed", zero=0, **PLAN)
+    params = e.stages[0].weights_bytes / 2  # bf16 weights
+    node = load_system(H100).node
+    assert node.peer_bandwidth(7) == 337.5e9 and node.nvlink_latency == pytest.approx(5e-6)
+    by_hand = 7 / 8 * 2 * params / 337.5e9 + math.ceil(params / 40e6) * 7 * 5e-6
+    assert e.breakdown.dp_comm_s - zero_only.breakdown.dp_comm_s == pytest.approx(by_hand, rel=1e-9)
+
+
+def test_zero1_with_fp32_gradients_runs_zero0_traffic():
+    """One optimizer, one traffic: zero 1 with fp32 gradients (the BF16_Optimizer) reduces and gathers as zero 0,
+    and more than ZeRO-1 with bf16 gradients (the ZeRO optimizer's reduce-scatter + all-gather)."""
+    z0 = estimate("gpt3-1.3b", H100, framework="deepspeed", zero=0, **PLAN)
+    bf16 = estimate("gpt3-1.3b", H100, framework="deepspeed", zero=1, **PLAN)
+    fp32 = estimate("gpt3-1.3b", H100, framework="deepspeed", zero=1, grad_dtype="fp32", **PLAN)
+    assert fp32.breakdown.dp_comm_s == pytest.approx(z0.breakdown.dp_comm_s, rel=1e-12)
+    assert fp32.breakdown.dp_comm_s > bf16.breakdown.dp_comm_s
