@@ -27,6 +27,7 @@ from paraplan.graph.transformer import (
     layer_weight_params,
 )
 from paraplan.specs.model import ModelSpec
+from paraplan.specs.moe_model import is_moe_layer, moe_shaped
 
 
 def layer_models(model: ModelSpec) -> list[ModelSpec]:
@@ -41,10 +42,15 @@ def layer_models(model: ModelSpec) -> list[ModelSpec]:
 
 def layer_kinds(model: ModelSpec) -> tuple[str, ...]:
     """The kind of each transformer layer in order (step.blocks.BLOCK_KINDS names): T5's encoder layers then
-    its decoder layers with cross-attention; the model's own layer ("decoder": causal for decoders,
-    bidirectional for encoder-only models) otherwise."""
+    its decoder layers with cross-attention; for a model graph/moe.py builds its dense and MoE layers
+    (specs.moe_model.is_moe_layer, the rule step.layout.layer_mix counts a uniform plan's stage by); the model's
+    own layer ("decoder": causal for decoders, bidirectional for encoder-only models) otherwise."""
     if model.architecture == "encoder_decoder":
         return ("encoder",) * model.n_encoder_layers + ("cross_decoder",) * model.layers
+    if moe_shaped(model):
+        return tuple(
+            "moe_layer" if is_moe_layer(model, i) else "dense_layer" for i in range(model.layers)
+        )
     return ("decoder",) * model.layers
 
 

@@ -390,11 +390,11 @@ def uniform_model_violations(model: ModelSpec) -> list[Violation]:
 
 
 def per_stage_model_rule(model: ModelSpec) -> str | None:
-    """The per-stage builder (step.per_stage) has no MoE / MLA / window-pattern / MTP layers."""
+    """The per-stage searches (search.staged: --cluster, --non-uniform) search dense models only (at ep 1)."""
     if moe_shaped(model):
         return (
-            "a mixture-of-experts / MLA / windowed-pattern / MTP model is not "
-            "supported by non-uniform (per-stage) plans; use a uniform plan"
+            "the per-stage searches take dense models; an MoE / MLA / windowed-pattern / MTP model is "
+            "searched uniformly, or priced stage by stage from a plan file (estimate --plan)"
         )
     return None
 

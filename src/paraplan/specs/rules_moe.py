@@ -7,6 +7,7 @@ Sources: Megatron-LM's argument checks (megatron/training/arguments.py) unless a
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
 from paraplan.specs.errors import Violation
@@ -96,6 +97,59 @@ def deepspeed_experts_rule(ep: int, etp: int, dispatcher: str) -> str | None:
             "DeepSpeed's config splits no experts (DeepSpeed-MoE's ep is set in the model script)"
         )
     return None
+
+
+def stage_expert_rule(ep: int, etp: int, first: tuple[int, int]) -> str | None:
+    """Every stage of a per-stage plan runs the first stage's (ep, etp) (``first``): Megatron-Core sets one
+    expert_model_parallel_size and one expert_tensor_parallel_size for the whole model
+    (megatron/core/parallel_state.py initialize_model_parallel, lines 610 and 614 at NVIDIA/Megatron-LM
+    d98e8a64), its expert rank generator carving the expert grid etp·ep·edp out of each stage's ranks with
+    edp = world / (etp·ep·pp) (lines 874-896): one expert grid per model, as stage_cp_rule's one cp."""
+    if (ep, etp) != first:
+        return f"every stage runs one ep and etp (one expert grid per model); allowed: ep={first[0]}, etp={first[1]}"
+    return None
+
+
+def stage_expert_violations(
+    model: ModelSpec, index: int, dims: ParallelDims, plan
+) -> list[Violation]:
+    """The MoE rules of stage ``index`` of a per-stage plan (``plan`` a specs.stage_plan.StagePlanSpec, whose
+    MoE knobs are a uniform plan's): moe_plan_violations on the stage's degrees (ep·etp divides the stage's
+    tp·cp·dp, ep the experts, etp an expert's width; the dispatcher against capacity; the spread) and
+    moe_sequence_parallel_rule on its tp, each naming the stage's field."""
+    stage = f"plan.stages.{index}"
+    # the knobs moe_plan_violations reads: the stage's etp, the plan's others (a per-stage plan recomputes by
+    # op, its stages' recompute_ops, so it states no plan-wide recompute_modules)
+    knobs = SimpleNamespace(
+        etp=dims.etp,
+        recompute_modules=None,
+        moe_dispatcher=plan.moe_dispatcher,
+        capacity_factor=plan.capacity_factor,
+        expert_load_cv=plan.expert_load_cv,
+    )
+    out = [
+        Violation(
+            v.field.replace("plan.", f"{stage}.") if v.field in _STAGE_FIELDS else v.field,
+            v.value,
+            v.rule,
+        )
+        for v in moe_plan_violations(model, dims, knobs)
+    ]
+    if rule := moe_sequence_parallel_rule(model, dims.tp, plan.sequence_parallel):
+        out.append(Violation("plan.sequence_parallel", False, f"stage {index}: {rule}"))
+    return out
+
+
+def stage_pools_rule(model: ModelSpec, pools: int) -> str | None:
+    """A stage of a mixture-of-experts model takes its GPUs from one pool: its expert groups are priced as a
+    uniform plan's, on the closed-form spans of one system (cost.moe.expert_span, expert_tp_span, expert_dp_span,
+    which place the etp·ep·edp grid on one kind of node), not on links between pools."""
+    if model.is_moe and pools > 1:
+        return "a stage of a mixture-of-experts model takes its GPUs from one pool; allowed: 1 pool"
+    return None
+
+
+_STAGE_FIELDS = ("plan.ep", "plan.etp")  # the degrees a per-stage plan states on each stage
 
 
 def moe_plan_violations(model: ModelSpec, dims: ParallelDims, moe) -> list[Violation]:

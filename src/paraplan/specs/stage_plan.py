@@ -44,18 +44,19 @@ from paraplan.specs.choices import Recompute
 from paraplan.specs.cluster import ClusterSpec, PoolName
 from paraplan.specs.errors import InputError, Violation, input_error_from_pydantic
 from paraplan.specs.model import ModelSpec
+from paraplan.specs.moe_plan import Balance, Dispatcher, MoEPlanFields
 from paraplan.specs.parallel import ParallelDims
 from paraplan.specs.plan import RuntimeFields
 from paraplan.specs.rules import (
     batch_rule,
     deepspeed_cp_rule,
     interleave_model_rule,
-    per_stage_model_rule,
     stage_cp_rule,
     stage_rules,
     stage_spec_rule,
     vpp_rule,
 )
+from paraplan.specs.rules_moe import stage_expert_rule, stage_expert_violations, stage_pools_rule
 from paraplan.specs.rules_precision import accelerators_rules
 from paraplan.specs.rules_schedule import schedule_batch_rule, schedule_vpp_rule
 from paraplan.specs.rules_stack import (
@@ -84,6 +85,12 @@ class StageSpec(InputModel):
     blocks: tuple[int, int] | None = None
     tp: int = Field(1, gt=0)
     cp: int = Field(1, gt=0, description="context-parallel degree (the same on every stage)")
+    ep: int = Field(
+        1,
+        gt=0,
+        description="expert-parallel degree, carved out of tp·cp·dp (the same on every stage)",
+    )
+    etp: int = Field(1, gt=0, description="expert tensor-parallel degree (the same on every stage)")
     dp: int = Field(0, ge=0, description="0 = infer from the stage's GPUs / (tp·cp)")
     recompute: Recompute = "none"  # a stage states the plan granularities (specs.recompute)
     recompute_ops: tuple[str, ...] = Field(
@@ -118,8 +125,18 @@ class StageSpec(InputModel):
 
     @property
     def dims(self) -> ParallelDims:
-        """The stage's degrees: tp × cp × dp of its GPUs (a per-stage plan has no experts)."""
-        return ParallelDims(tp=self.tp, cp=self.cp, dp=self.data_parallel)
+        """The stage's degrees: tp × cp × dp of its GPUs, its expert grid ep·etp carved out of them."""
+        return ParallelDims(tp=self.tp, cp=self.cp, dp=self.data_parallel, ep=self.ep, etp=self.etp)
+
+
+# a mixture-of-experts model's run-wide knobs a per-stage plan states (StagePlanSpec), a uniform plan's
+EXPERT_KNOBS = (
+    "moe_dispatcher",
+    "capacity_factor",
+    "moe_balance",
+    "expert_load_cv",
+    "moe_a2a_overlap",
+)
 
 
 @dataclass(frozen=True)
@@ -192,6 +209,13 @@ class StagePlanSpec(RuntimeFields):
         "v1.1.5 in fp16 on DeepSpeed's PipelineEngine as AMP's trials ran it; None: the engine's "
         "own rules and the pools' stacks",
     )
+    # a mixture-of-experts model's run-wide knobs: a uniform plan's (specs.moe_plan.MoEPlanFields), the stages
+    # stating ep and etp
+    moe_dispatcher: Dispatcher = MoEPlanFields.model_fields["moe_dispatcher"]
+    capacity_factor: float | None = MoEPlanFields.model_fields["capacity_factor"]
+    moe_balance: Balance = MoEPlanFields.model_fields["moe_balance"]
+    expert_load_cv: float | None = MoEPlanFields.model_fields["expert_load_cv"]
+    moe_a2a_overlap: bool = MoEPlanFields.model_fields["moe_a2a_overlap"]
     stages: tuple[StageSpec, ...] = Field(min_length=1)
 
     @model_validator(mode="before")
@@ -290,13 +314,18 @@ def stage_plan_violations(
     stage keeps specs.rules.stage_rules, names pools of the cluster and takes no more GPUs than they
     have, and a stage holding no transformer layer recomputes no op."""
     out = []
-    if rule := per_stage_model_rule(model):
-        out.append(Violation("model", model.name, rule))
+    first = plan.stages[0]
     for i, s in enumerate(plan.stages):
-        if rule := stage_cp_rule(model, s.cp, plan.stages[0].cp):
+        if rule := stage_cp_rule(model, s.cp, first.cp):
             out.append(Violation(f"plan.stages.{i}.cp", s.cp, rule))
         elif plan.engine == "deepspeed" and (rule := deepspeed_cp_rule(s.cp, plan.cp_algorithm)):
             out.append(Violation(f"plan.stages.{i}.cp", s.cp, rule))
+        if rule := stage_expert_rule(s.ep, s.etp, (first.ep, first.etp)):
+            out.append(Violation(f"plan.stages.{i}.ep", s.ep, rule))
+        else:
+            out += stage_expert_violations(model, i, s.dims, plan)
+        if rule := stage_pools_rule(model, len({d.pool for d in s.devices})):
+            out.append(Violation(f"plan.stages.{i}.devices", len(s.devices), rule))
     out += _coverage_violations(plan, model)
     if rule := vpp_rule(plan.pp, plan.vpp):
         out.append(Violation("plan.vpp", plan.vpp, rule))

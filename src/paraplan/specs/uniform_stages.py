@@ -22,7 +22,7 @@ from paraplan.specs.rules import (
     tp_rules,
 )
 from paraplan.specs.rules import costed_by_stages, interleave_model_rule  # noqa: F401 (named here too)
-from paraplan.specs.stage_plan import StagePlanSpec, stage_plan_from_dict
+from paraplan.specs.stage_plan import EXPERT_KNOBS, StagePlanSpec, stage_plan_from_dict
 
 # The PlanSpec fields a per-stage plan carries (uniform_stage_plan); every other PlanSpec field must keep
 # its default (unsupported_field_violations compares against PlanSpec's own defaults, so a field added to
@@ -34,6 +34,9 @@ CARRIED_FIELDS = frozenset(
         "pp",
         "dp",
         "cp",
+        "ep",
+        "etp",
+        *EXPERT_KNOBS,
         "micro_batch",
         "global_batch",
         "seq_length",
@@ -156,6 +159,8 @@ def uniform_stage_plan(
             "gpus": plan.tp * plan.cp * plan.dp,
             "tp": plan.tp,
             "cp": plan.cp,
+            "ep": plan.ep,
+            "etp": plan.etp,
             "dp": plan.dp,
             "layers": layers,
             # selective recompute by module is per-op recompute of those modules (step.per_stage._recompute_mode)
@@ -179,6 +184,7 @@ def uniform_stage_plan(
             "overlap_param_gather": plan.overlap_param_gather,
             "overlap_tp_comm": plan.overlap_tp_comm,
             **runtime_fields_of(plan),
+            **{name: getattr(plan, name) for name in EXPERT_KNOBS},
             "engine": stage_engine(pipeline_engine),
             "stages": stages,
         }

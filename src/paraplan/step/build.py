@@ -22,22 +22,14 @@ from functools import lru_cache
 from typing import Any, NamedTuple
 
 from paraplan.cost.async_tp import with_async_tp_exposure
-from paraplan.cost.comm import (
-    GroupSpan,
-    collective_costs_s,
-    group_span,
-    linear_collective,
-    placement_strides,
-)
-from paraplan.cost.group_spans import stage_dense_span, stage_group_spans
+from paraplan.cost.comm import GroupSpan, collective_costs_s, linear_collective
 from paraplan.cost.elementwise import logical_and, where
-from paraplan.cost.moe import expert_dp_span, moe_collective_time_and_price_s
+from paraplan.cost.moe import moe_collective_time_and_price_s
 from paraplan.cost.summa import with_summa_exposure
 from paraplan.graph.moe import moe_shaped
 from paraplan.graph.ops import collective_groups
 from paraplan.graph.transformer import LayerShape
 from paraplan.specs.model import ModelSpec
-from paraplan.specs.parallel import GRADIENT_GROUPS
 from paraplan.specs.system import SystemSpec
 from paraplan.step.block_sums import (  # noqa: F401 (re-exported: the search and the tests read them here)
     BlockComm,
@@ -68,6 +60,13 @@ from paraplan.step.block_statics import (  # noqa: F401 (re-exported: the search
     kind_statics,
 )
 from paraplan.step.p2p import PipelineLinks, pipeline_links
+from paraplan.step.plan_spans import (  # noqa: F401 (re-exported: the estimator, the search and the tests read them here)
+    PLACED_GROUPS,
+    default_order_key,
+    placed_domains,
+    places_as_default,
+    plan_spans,
+)
 from paraplan.specs.recompute import RECOMPUTE_CODES
 from paraplan.step.compose import BlockCost, BlockTerms, GradientGroup, block_terms
 from paraplan.step.block_terms import recompute_s
@@ -158,68 +157,6 @@ class RowFacts:
     head_shared_tensors: Num = 0.0  # its weight tensors the embedding holds then (the tied table)
 
 
-# the groups whose span the placement order sets: tp, cp, pp and the gradient groups but the expert one, which is
-# carved out of tp·cp·dp (cost.moe.expert_dp_span)
-PLACED_GROUPS: dict[str, tuple[str, ...]] = {
-    **{g: (g,) for g in ("tp", "cp", "pp")},
-    **{name: dims for name, dims in GRADIENT_GROUPS.items() if name != "expert"},
-}
-
-
-def plan_spans(degrees, system: SystemSpec) -> dict[str, GroupSpan]:
-    """Spans of the tp, cp and pp groups and of every gradient group (specs.parallel.GRADIENT_GROUPS);
-    ``degrees`` is anything with tp/cp/dp/pp attributes and ``placement_order``. Rank 0's
-    (cost.comm.group_span), but where the groups sit as in the default order (``places_as_default``) the tp
-    and cp groups' are the slowest of the plan's (cost.group_spans.stage_group_spans: a tp of 3 on 8-GPU
-    domains straddles a boundary at ranks 6-8) and the dense gradient group's stage 0's on its own ranks
-    (cost.group_spans.stage_dense_span: tp 6 · dp 4 puts ranks 0, 6 | 12 | 18 on three domains), as the per-stage path
-    prices them."""
-    strides = placement_strides(degrees)
-    spans = {
-        name: group_span(degrees, system, dims, strides) for name, dims in PLACED_GROUPS.items()
-    }
-    if places_as_default(degrees, strides):
-        domain = system.node.gpus_per_domain
-        tp, cp, dp = degrees.tp, degrees.cp, degrees.dp
-        spans["tp"], spans["cp"] = stage_group_spans(tp, cp, dp, degrees.pp, domain)
-        spans["dense"] = stage_dense_span(tp, cp * dp, 0, domain)
-    if "expert" in GRADIENT_GROUPS:
-        spans["expert"] = expert_dp_span(degrees, system)
-    return spans
-
-
-def places_as_default(degrees, strides: dict[str, int]) -> bool:
-    """Whether the placement puts every group of more than one rank where Megatron-Core's default order
-    (tp-cp-dp-pp) does: the same stride (``strides``: cost.comm.placement_strides) for each."""
-    default = {"tp": 1, "cp": degrees.tp, "dp": degrees.tp * degrees.cp}
-    default["pp"] = default["dp"] * degrees.dp
-    return all(strides[g] == default[g] for g in default if getattr(degrees, g) > 1)
-
-
-def default_order_key(degrees, system: SystemSpec, spans: dict | None = None) -> tuple | None:
-    """What search.space.distinct_orders compares the default order by where plan_spans does not price it on rank
-    0's spans (a tp group straddling a domain boundary, tp 3 on 8-GPU domains): the PLACED_GROUPS' members per
-    domain where each span has ⌈size/per_domain⌉ domains as rank 0's do, else the spans themselves (no other
-    order's equal them); None where they are rank 0's (``degrees``: default order; ``spans``: its plan_spans
-    when the caller has them)."""
-    strides = placement_strides(degrees)
-    spans = plan_spans(degrees, system) if spans is None else spans
-    placed = tuple(spans[name] for name in PLACED_GROUPS)
-    if placed == tuple(group_span(degrees, system, d, strides) for d in PLACED_GROUPS.values()):
-        return None
-    if all(s.domains == -(-s.size // s.per_domain) for s in placed):
-        return tuple(s.per_domain for s in placed)
-    return placed
-
-
-def placed_domains(degrees, system: SystemSpec) -> tuple[int, ...]:
-    """The members per NVLink domain of each PLACED_GROUPS span of plan_spans: what the placement order changes."""
-    strides = placement_strides(degrees)
-    return tuple(
-        group_span(degrees, system, dims, strides).per_domain for dims in PLACED_GROUPS.values()
-    )
-
-
 @lru_cache(maxsize=4096)
 def gradient_group(system: SystemSpec, span: GroupSpan) -> GradientGroup:
     """A gradient group's size and collectives in linear form (cost.comm.linear_collective: the two-tier
@@ -260,11 +197,13 @@ def kind_cost_facts(
     tp_span: GroupSpan,
     cp_span: GroupSpan,
     name: str,
+    async_tp: bool = True,
 ) -> BlockCostFacts:
     """One block kind's entry of ``block_cost_facts``. Expert-free kinds are costed without expert knobs, the
     others without a2a overlap (block_comm records it only as ``ep_overlap``, set back here): the same bits,
-    shared by every expert option (tests/search/test_moe_search.py)."""
-    facts = _kind_cost_facts(model, system, name, kind_shape(model, shape, name), tp_span, cp_span)
+    shared by every expert option (tests/search/test_moe_search.py); ``async_tp``: block_comm's (per-stage engines)."""
+    shape_k = kind_shape(model, shape, name)
+    facts = _kind_cost_facts(model, system, name, shape_k, tp_span, cp_span, async_tp)
     overlap = float(shape.expert.a2a_overlap) if moe_shaped(model) else 0.0
     if facts.comm.ep_overlap != overlap:
         facts = facts._replace(comm=_comm_with_overlap(facts.comm, overlap))
@@ -278,6 +217,7 @@ def _kind_cost_facts(
     shape: LayerShape,
     tp_span: GroupSpan,
     cp_span: GroupSpan,
+    async_tp: bool = True,
 ) -> BlockCostFacts:
     """One block kind's BlockCostFacts (block_cost_facts). A span the block's collectives do not use
     is not part of its cost: costed once whatever that span (the embedding and LM head have no CP
@@ -287,7 +227,7 @@ def _kind_cost_facts(
         tp_span = _NO_SPAN
     if "cp" not in used:
         cp_span = _NO_SPAN
-    return _used_span_cost_facts(model, system, name, shape, (tp_span, cp_span))
+    return _used_span_cost_facts(model, system, name, shape, (tp_span, cp_span), async_tp)
 
 
 @lru_cache(maxsize=65536)
@@ -297,6 +237,7 @@ def _used_span_cost_facts(
     name: str,
     shape: LayerShape,
     spans: tuple[GroupSpan, GroupSpan],
+    async_tp: bool = True,
 ) -> BlockCostFacts:
     """``_kind_cost_facts`` on the (tp, cp) spans the block's collectives use (the others _NO_SPAN)."""
     tp_span, cp_span = spans
@@ -310,6 +251,7 @@ def _used_span_cost_facts(
         cp_span if "cp" in used else _NO_SPAN,
         model if moe else None,
         shape if moe or shape.tp_layout == "2d" else None,
+        async_tp,
     )
     compute, tensors, largest, small = _graph_statics(model, system, name, shape)
     if shape.tp_layout == "2d":

@@ -17,7 +17,6 @@ from paraplan.cost.compute import op_times_s
 from paraplan.cost.flops import model_flops_per_step, recompute_flops_per_token
 from paraplan.cost.moe import EXPERT_GROUPS, expert_group_span, moe_collective_time_s
 from paraplan.cost.summa import grid_spans
-from paraplan.graph.ops import ExpertShape
 from paraplan.graph.transformer import LayerShape
 from paraplan.specs.errors import InputError, Violation
 from paraplan.specs.model import ModelSpec
@@ -57,7 +56,7 @@ from paraplan.step.build import (
 from paraplan.step.compose import SCHEDULE_FLAGS, StepInputs, compose_step
 from paraplan.step.constants import stack_shape_fields
 from paraplan.step.inputs import replaced
-from paraplan.step.layer_shape import layer_shape_from
+from paraplan.step.layer_shape import expert_shape_of, layer_shape_from
 from paraplan.step.layout import StageMix, model_layer_counts
 from paraplan.step.placement import (
     StageDims,
@@ -89,15 +88,7 @@ def layer_shape(plan: PlanSpec, system: SystemSpec) -> LayerShape:
         plan.sequence_parallel,
         plan.attention,
         plan.dtype,
-        ExpertShape(
-            plan.ep,
-            plan.etp,
-            plan.moe_dispatcher,
-            plan.capacity_factor,
-            plan.moe_balance,
-            plan.moe_a2a_overlap,
-            plan.expert_load_cv,
-        ),
+        expert_shape_of(plan, plan.ep, plan.etp),
         recompute_modules(plan),
         plan.tp_layout,
         plan.tp_rows,

@@ -11,6 +11,20 @@ from paraplan.specs.tp_layout import grid_shape, panel_count
 DENSE = ExpertShape()  # the expert knobs of a dense model (LayerShape's default)
 
 
+def expert_shape_of(plan, ep: int, etp: int) -> ExpertShape:
+    """The expert knobs of a layer (graph.ops.ExpertShape): ``ep`` and ``etp`` with the plan's run-wide MoE knobs
+    (specs.moe_plan.MoEPlanFields': a uniform plan's, or a per-stage plan's, specs.stage_plan.EXPERT_KNOBS)."""
+    return ExpertShape(
+        ep,
+        etp,
+        plan.moe_dispatcher,
+        plan.capacity_factor,
+        plan.moe_balance,
+        plan.moe_a2a_overlap,
+        plan.expert_load_cv,
+    )
+
+
 def layer_shape_from(
     tp: int,
     cp: int,

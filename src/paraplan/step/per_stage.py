@@ -50,7 +50,7 @@ from paraplan.specs.stage_plan import (
     stage_devices,
 )
 from paraplan.step.blocks import boundary_bytes, model_blocks
-from paraplan.step.layer_shape import layer_shape_from
+from paraplan.step.layer_shape import DENSE, expert_shape_of, layer_shape_from
 from paraplan.step.build import system_terms
 from paraplan.step.constants import at_zero_stage, batch_sync_s, stack_shape_fields
 from paraplan.step.compose import (
@@ -68,10 +68,10 @@ from paraplan.step.compose import (
 )
 from paraplan.step.engines import EngineRules, grad_accumulation_bytes
 from paraplan.step.p2p import exchanges
-from paraplan.step.layout import RangeBlocks, prefix_counts, range_stage, stage_at
+from paraplan.step.layout import RangeBlocks, range_stage, stage_at
 from paraplan.step.result import Estimate, StageMemory, TimeBreakdown
 from paraplan.step.stage_blocks import (
-    distinct_blocks,
+    block_prefix_counts,
     per_block_parts,
     pool_units,
     recomputable_names,
@@ -94,6 +94,7 @@ from paraplan.step.stage_links import (  # noqa: F401 (re-exported: the searches
     p2p_time_s,
     reshard_peers,
     stage_gradient_group,
+    stage_gradient_groups,
     synthetic_system,
     tied_embedding_sync_s,
     tp_span,
@@ -112,8 +113,8 @@ class StageCost:
 # ---- one stage -----------------------------------------------------------------------------------
 def layer_shape_for(common: Common, setting: StageSetting) -> LayerShape:
     """A stage's layer shape (step.layer_shape.layer_shape_from): its tp, cp (with the run's cp_algorithm) and
-    micro-batch, the stage's per-op recompute list as modules; each pool adds its stack's fields
-    (``stage_arrays``)."""
+    micro-batch, its ep and etp with the run's MoE knobs (Common.expert), the stage's per-op recompute list as
+    modules; each pool adds its stack's fields (``stage_arrays``)."""
     return layer_shape_from(
         setting.dims.tp,
         setting.dims.cp,
@@ -122,6 +123,7 @@ def layer_shape_for(common: Common, setting: StageSetting) -> LayerShape:
         common.sequence_parallel,
         common.attention,
         common.dtype,
+        expert=common.expert._replace(ep=setting.dims.ep, etp=setting.dims.etp),
         recompute_modules=recompute_modules_of(setting.recompute_ops),
         cp_algorithm=common.runtime.cp_algorithm,
     )
@@ -200,18 +202,12 @@ def stage_arrays(
         stages=(),
         pp=setting.dims.pp,
         microbatches=setting.microbatches,
-        gradient_groups={
-            "dense": stage_gradient_group(
-                cluster, setting.slices, setting.dims.tp, setting.dims.cp * setting.dims.dp
-            )
-        },
+        gradient_groups=stage_gradient_groups(model, cluster, setting),
         knobs=knobs,
         **terms,
     )
     return StageArrays(
-        blocks=RangeBlocks(
-            units, prefix_counts(blocks, distinct_blocks(model)), p2p_in, p2p_out, inputs
-        ),
+        blocks=RangeBlocks(units, block_prefix_counts(model), p2p_in, p2p_out, inputs),
         parts={pool: per_block_parts(model, u) for pool, u in units.items()},
         capacity=min(s.accelerator.hbm_capacity for s in systems),
     )
@@ -327,6 +323,8 @@ def common_of(plan) -> Common:
         overlap_param_gather=plan.overlap_param_gather,
         overlap_tp_comm=plan.overlap_tp_comm,
         runtime=runtime,
+        # the run-wide MoE knobs (a per-stage search's problem states none: it searches dense models)
+        expert=expert_shape_of(plan, 1, 1) if hasattr(plan, "moe_dispatcher") else DENSE,
     )
 
 
@@ -401,6 +399,7 @@ def estimate_stage_plan(
             "devices": [{"pool": p, "gpus": n} for p, _, n in st.slices],
             "tp": st.dims.tp,
             "cp": st.dims.cp,
+            **({"ep": st.dims.ep, "etp": st.dims.etp} if model.is_moe else {}),
             "dp": st.dims.dp,
             "micro_batch": st.micro_batch,
             "recompute": _recompute_mode(st),

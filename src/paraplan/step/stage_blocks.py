@@ -20,6 +20,7 @@ from paraplan.graph.ops import (
     weight_stat_fields,
     weight_tensor_stats,
 )
+from paraplan.graph.moe import moe_shaped
 from paraplan.graph.transformer import LayerShape
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.rules import recompute_modules_rule
@@ -34,17 +35,52 @@ from paraplan.step.blocks import (
     model_blocks,
 )
 from paraplan.step.layer_shape import layer_shape_from
-from paraplan.step.build import BlockFacts, block_cost, tp_overlap
+from paraplan.step.build import (
+    BlockFacts,
+    block_cost,
+    kind_cost_facts,
+    kind_memory_facts,
+    tp_overlap,
+)
 from paraplan.specs.recompute import RECOMPUTE_CODES
 from paraplan.step.compose import BLOCK_TERM_NAMES, BlockCost
 from paraplan.step.engines import EngineRules, host_layer_times_s
+from paraplan.step.layout import prefix_counts
 
 NO_SPAN = GroupSpan(1, 1, 1)
 
 
+def attached_blocks(model: ModelSpec) -> tuple[tuple[BlockRef, dict[str, int]], ...]:
+    """The blocks a stage holds beside those of the block list, each with how many of it each listed block of a
+    kind brings (kind -> count): for a model graph/moe.py builds, one routed-experts block per MoE layer and per
+    MTP module (its own gradient group's parameters), the MTP modules with the output block, as a uniform plan's
+    stage holds them (step.layout.StageMix: routed = MoE layers + MTP modules, MTP modules on the last stage)."""
+    if not moe_shaped(model):
+        return ()
+    mtp = {"head": model.mtp_layers} if model.mtp_layers else {}
+    experts = (BlockRef("experts", model), {"moe_layer": 1, **mtp})
+    return (experts, (BlockRef("mtp", model), mtp)) if mtp else (experts,)
+
+
 def distinct_blocks(model: ModelSpec) -> tuple[BlockRef, ...]:
-    """The distinct blocks of the model's block list, in order of first appearance."""
-    return tuple(dict.fromkeys(model_blocks(model)))
+    """The distinct blocks of the model's block list, in order of first appearance, then the blocks a stage
+    holds beside them (``attached_blocks``)."""
+    listed = tuple(dict.fromkeys(model_blocks(model)))
+    return listed + tuple(ref for ref, _ in attached_blocks(model))
+
+
+def block_prefix_counts(model: ModelSpec) -> np.ndarray:
+    """[d, k]: how many of distinct block d (``distinct_blocks``) a stage holding blocks [0, k) of the block list
+    holds: step.layout.prefix_counts for the listed blocks, an attached block's hosts' counts times how many
+    each brings (``attached_blocks``)."""
+    blocks = model_blocks(model)
+    listed = tuple(dict.fromkeys(blocks))
+    prefix = prefix_counts(blocks, listed)
+    rows = [
+        sum(hosts.get(ref.kind, 0) * row for ref, row in zip(listed, prefix))
+        for _, hosts in attached_blocks(model)
+    ]
+    return np.vstack([prefix, *rows]) if rows else prefix
 
 
 @lru_cache(maxsize=4096)
@@ -89,6 +125,36 @@ def _block_facts(
     )
 
 
+@lru_cache(maxsize=4096)
+def _moe_family_facts(
+    model: ModelSpec,
+    system: SystemSpec,
+    ref: BlockRef,
+    shape: LayerShape,
+    recompute: str,
+    memory_factor: float,
+    head_params: float | None,
+    async_tp: bool,
+    span: GroupSpan,
+    cp_span: GroupSpan = NO_SPAN,
+) -> BlockFacts:
+    """``_block_facts`` of a block of a model graph/moe.py builds: its kind costed as a uniform plan costs it
+    (step.build.kind_cost_facts: expert-free kinds without the expert knobs, the others' dispatch and combine
+    on cost.moe's expert spans of ``shape.expert`` and their a2a overlap; step.build.kind_memory_facts: the local
+    experts' activations and dispatch buffers), with ``_block_facts``' engine rules (``async_tp``, the kept and
+    held bytes times ``memory_factor``) and the output block beside the input block (``head_params``)."""
+    cost = kind_cost_facts(model, system, shape, span, cp_span, ref.kind, async_tp)
+    facts = BlockFacts.of(cost, kind_memory_facts(model, shape, ref.kind, recompute))
+    if head_params is not None:  # the output block beside the input block: the tied table once
+        shared = head_tensors_shared_with_embedding(model)
+        facts = replace(facts, params=head_params, weight_tensors=facts.weight_tensors - shared)
+    return replace(
+        facts,
+        activation_bytes=facts.activation_bytes * memory_factor,
+        held_bytes=facts.held_bytes * memory_factor,
+    )
+
+
 def _with_engine(cost: BlockCost, rules: EngineRules, layer: bool, recompute: str) -> BlockCost:
     """The engine's rules on one block's terms (its ``async_tp_backward`` is read where the block's collectives
     are summed, ``_block_facts``): on a transformer layer the host seconds
@@ -125,11 +191,12 @@ def pool_units(
     the plan asks, where the stage's slowest TP group (``span``) sits in one NVLink domain (step.build.tp_overlap);
     CP collectives on ``cp_span`` (step.stage_links.cp_span)."""
     overlap = tp_overlap(overlap_tp_comm, span.domains)
+    facts_of = _moe_family_facts if moe_shaped(model) else _block_facts
     out = []
     for ref in distinct_blocks(model):
         head = ref.kind == "head" and first_and_last
         params = head_params_with_embedding(ref.width, shape.tp) if head else None
-        facts = _block_facts(
+        facts = facts_of(
             model,
             system,
             ref,
@@ -147,11 +214,22 @@ def pool_units(
 
 
 def per_block_parts(model: ModelSpec, units: tuple[BlockCost, ...]) -> dict[str, np.ndarray]:
-    """BlockTerms seconds of every block of the block list (index k = block k) from the distinct blocks'."""
-    index = {ref: d for d, ref in enumerate(distinct_blocks(model))}
-    order = [index[ref] for ref in model_blocks(model)]
+    """BlockTerms seconds of every block of the block list (index k = block k) from the distinct blocks', each
+    with those of the blocks it brings (``attached_blocks``: an MTP module's with the output block)."""
+    distinct = distinct_blocks(model)
+    index = {ref: d for d, ref in enumerate(distinct)}
+    attached = [(index[ref], hosts) for ref, hosts in attached_blocks(model)]
+
+    def seconds(ref: BlockRef, name: str) -> float:
+        own = getattr(units[index[ref]].terms, name)
+        return own + sum(
+            n * getattr(units[a].terms, name)
+            for a, hosts in attached
+            if (n := hosts.get(ref.kind, 0))
+        )
+
     return {
-        name: np.array([getattr(units[d].terms, name) for d in order], dtype=float)
+        name: np.array([seconds(ref, name) for ref in model_blocks(model)], dtype=float)
         for name in BLOCK_TERM_NAMES
     }
 

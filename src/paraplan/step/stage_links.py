@@ -14,11 +14,14 @@ import numpy as np
 
 from paraplan.cost.comm import GroupSpan, linear_collective, span_of_domains
 from paraplan.cost.group_spans import slowest_span, strided_groups_span
+from paraplan.cost.moe import expert_dp_span
+from paraplan.graph.ops import ExpertShape
 from paraplan.specs.cluster import ClusterSpec
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.parallel import ParallelDims
 from paraplan.specs.plan import RuntimeFields
 from paraplan.specs.system import SystemSpec
+from paraplan.step.blocks import model_gradient_groups
 from paraplan.step.build import gradient_group
 from paraplan.step.compose import GradientGroup
 from paraplan.step.constants import at_zero_stage, system_terms
@@ -71,6 +74,8 @@ class Common:
     # the run-wide implementation knobs (specs.plan.RUNTIME_FIELDS), read by step.constants.system_terms and
     # the layer shape as on a uniform plan
     runtime: RuntimeFields = RuntimeFields()
+    # a mixture-of-experts model's run-wide knobs (step.layer_shape.expert_shape_of), each stage's ep and etp its own
+    expert: ExpertShape = ExpertShape()
 
     @property
     def rules(self) -> EngineRules:
@@ -319,6 +324,25 @@ def stage_gradient_group(cluster: ClusterSpec, slices, tp: int, dp: int) -> Grad
         cluster, every[::tp], node_counts(cluster, every)
     )  # all TP ranks reduce at once
     return gradient_group(link_system, span)
+
+
+def stage_gradient_groups(
+    model: ModelSpec, cluster: ClusterSpec, setting: StageSetting
+) -> dict[str, GradientGroup]:
+    """The stage's gradient groups, one per group that reduces some block of the model
+    (step.blocks.model_gradient_groups, as a uniform plan's): the dense one on its members
+    (``stage_gradient_group``: cp·dp TP-rank-0 GPUs), the expert-data-parallel one as a uniform plan prices it
+    (step.build.plan_spans: cost.moe.expert_dp_span's edp = tp·cp·dp/(ep·etp) ranks, ep·etp apart, on the
+    stage's pool, whose one system an MoE stage keeps: specs.rules_moe.stage_pools_rule)."""
+    dims, pool = setting.dims, setting.slices[0][0]
+    out = {}
+    for name in model_gradient_groups(model):
+        if name == "expert":
+            system = cluster.pool(pool).system
+            out[name] = gradient_group(system, expert_dp_span(dims, system))
+        else:
+            out[name] = stage_gradient_group(cluster, setting.slices, dims.tp, dims.cp * dims.dp)
+    return out
 
 
 def tied_embedding_sync_s(

@@ -65,8 +65,8 @@ class HeteroProblem:
     sequence_parallel: bool = False
 
     def __post_init__(self) -> None:
-        """Refuse, by name, a model the per-stage builder does not price (specs.rules.per_stage_model_rule):
-        an MoE / MLA model searched here would be costed as dense (issue 37); a dtype or attention
+        """Refuse, by name, a model the per-stage searches do not search (specs.rules.per_stage_model_rule: their
+        stage settings state no expert grid, so MoE / MLA models, which a plan file prices, issue 31); a dtype or attention
         kernel a pool's accelerator lacks (specs.rules_precision.accelerator_rules, the check of every per-stage
         plan: specs.stage_plan.stage_accelerator_violations); the run-wide settings
         the framework's launcher cannot state, a ``recompute`` restriction among them
