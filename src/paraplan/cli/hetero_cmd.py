@@ -130,7 +130,7 @@ def print_stage_estimate(
     notes: tuple[str, ...] = (),
 ) -> None:
     """The report of a per-stage estimate: JSON (the estimate and its per-stage plan), or the stage and step tables
-    (a cp column where a stage runs context parallelism)."""
+    (a cp, ep or etp column where a stage runs that degree above 1)."""
     if as_json:
         print(json.dumps(est.to_dict() | {"stage_plan": stage_plan_to_dict(plan_spec)}, indent=2))
         return
@@ -141,14 +141,15 @@ def print_stage_estimate(
     )
     for line in notes:
         console.print(line)
-    cp_column = any(s.get("cp", 1) > 1 for s in est.stage_summary)  # shown where a stage runs cp
+    # the degrees beyond tp and dp, each shown where a stage runs it
+    extra = [d for d in ("cp", "ep", "etp") if any(s.get(d, 1) > 1 for s in est.stage_summary)]
     table = simple_table(
         "Stages",
         "stage",
         "devices",
         "blocks",
         "tp",
-        *(("cp",) if cp_column else ()),
+        *extra,
         "dp",
         "micro-batch",
         "recompute",
@@ -168,7 +169,7 @@ def print_stage_estimate(
             devices,
             f"{summary['blocks'][0]}-{summary['blocks'][1]}",
             str(summary["tp"]),
-            *((str(summary["cp"]),) if cp_column else ()),
+            *(str(summary[d]) for d in extra),
             str(summary["dp"]),
             str(summary["micro_batch"]),
             summary["recompute"],

@@ -50,7 +50,8 @@ TokensOption = optional(
 ClusterOption = optional(
     Path,
     "--cluster",
-    help="cluster of node pools (YAML/JSON): a non-uniform --plan's GPUs, or an AMP-style search (cp 1)",
+    help="cluster of node pools (YAML/JSON): a non-uniform --plan's GPUs, or an AMP-style search "
+    "(cp 1; dense models only, ep 1)",
 )
 
 

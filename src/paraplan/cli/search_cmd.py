@@ -158,7 +158,8 @@ def search(
     cluster: ClusterOption = None,
     non_uniform: switch(
         "--non-uniform",
-        help="per-stage GPUs / tp / recompute on one GPU type (cp 1): Aceso-style search",
+        help="per-stage GPUs / tp / recompute on one GPU type (cp 1; dense models only, ep 1): "
+        "Aceso-style search",
     ) = False,
     time_budget: given(
         float, "--time-budget", help="seconds for the --cluster and --non-uniform searches", min=0.0

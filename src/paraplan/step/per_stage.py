@@ -37,7 +37,6 @@ from functools import lru_cache
 
 import numpy as np
 
-from paraplan.graph.ops import recompute_modules_of
 from paraplan.graph.transformer import LayerShape
 from paraplan.specs.cluster import ClusterSpec
 from paraplan.specs.errors import InputError
@@ -81,6 +80,7 @@ from paraplan.step.stage_totals import (
     stage_plan_fields,
     stage_plan_flops,
     stage_plan_system,
+    stage_recompute_modules,
     stage_slices_peak_flops,
 )
 from paraplan.step.stage_links import (  # noqa: F401 (re-exported: the searches and the tests read them here)
@@ -113,8 +113,8 @@ class StageCost:
 # ---- one stage -----------------------------------------------------------------------------------
 def layer_shape_for(common: Common, setting: StageSetting) -> LayerShape:
     """A stage's layer shape (step.layer_shape.layer_shape_from): its tp, cp (with the run's cp_algorithm) and
-    micro-batch, its ep and etp with the run's MoE knobs (Common.expert), the stage's per-op recompute list as
-    modules; each pool adds its stack's fields (``stage_arrays``)."""
+    micro-batch, its ep and etp with the run's MoE knobs (Common.expert), the modules it re-runs
+    (step.stage_totals.stage_recompute_modules: its per-op list's, else selective recompute's); each pool adds its stack's fields (``stage_arrays``)."""
     return layer_shape_from(
         setting.dims.tp,
         setting.dims.cp,
@@ -124,7 +124,7 @@ def layer_shape_for(common: Common, setting: StageSetting) -> LayerShape:
         common.attention,
         common.dtype,
         expert=common.expert._replace(ep=setting.dims.ep, etp=setting.dims.etp),
-        recompute_modules=recompute_modules_of(setting.recompute_ops),
+        recompute_modules=stage_recompute_modules(setting.recompute, setting.recompute_ops),
         cp_algorithm=common.runtime.cp_algorithm,
     )
 
