@@ -7,6 +7,7 @@ round trip plan -> JSON -> plan through ``paraplan estimate --plan``."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -118,27 +119,35 @@ def test_an_encoder_decoder_takes_cp_1(cli, tmp_path):
     assert "plan.cp: 2 is not allowed; an encoder-decoder" in line and "allowed: 1" in line
 
 
-def test_plan_file_with_cp_round_trips_through_estimate_plan(cli, tmp_path):
-    """uniform --cp 2 -> its per-stage plan (JSON, stage_plan) -> a plan file -> estimate --plan: the same step
-    time and memory as the uniform estimate, and the plan written back keeps cp on every stage."""
-    flags = ["--gpus", "32", "--tp", "2", "--cp", "2", "--pp", "2", "--global-batch", "16"]
-    flags += ["--micro-batch", "1", "--seq-length", "8192", "--zero", "1", "--json"]
-    code, out, err = cli("estimate", *OPTIONS, *flags)
+def round_trips(cli, options: list[str], uniform_flags: list[str], path: str):
+    """The uniform estimate of ``uniform_flags``, then ``estimate --plan path`` twice (the plan, then the plan the
+    first estimate wrote back), each with the uniform estimate's step time and per-stage peaks: yields each
+    JSON result."""
+    code, out, err = cli("estimate", *options, *uniform_flags, "--json")
     assert code == 0, err
     uniform = json.loads(out)
-    stages = [stage(16, cp=2), stage(16, cp=2)]
-    path = plan_file(tmp_path, stages, global_batch=16, microbatches=None, micro_batch=1, zero=1)
-    for _ in range(2):  # the plan, then the plan the first estimate wrote back
-        code, out, err = cli("estimate", *OPTIONS, "--plan", path, "--json")
+    for _ in range(2):
+        code, out, err = cli("estimate", *options, "--plan", path, "--json")
         assert code == 0, err
         data = json.loads(out)
         assert data["step_time_s"] == pytest.approx(uniform["step_time_s"], rel=REL)
         for u, p in zip(uniform["memory"]["per_stage"], data["stages"]):
             assert p["peak_gib"] == pytest.approx(u["peak_gib"], rel=REL)
+        yield data
+        Path(path).write_text(yaml.safe_dump(data["stage_plan"]))
+
+
+def test_plan_file_with_cp_round_trips_through_estimate_plan(cli, tmp_path):
+    """uniform --cp 2 -> its per-stage plan (JSON, stage_plan) -> a plan file -> estimate --plan: the same step
+    time and memory as the uniform estimate, and the plan written back keeps cp on every stage."""
+    flags = ["--gpus", "32", "--tp", "2", "--cp", "2", "--pp", "2", "--global-batch", "16"]
+    flags += ["--micro-batch", "1", "--seq-length", "8192", "--zero", "1"]
+    stages = [stage(16, cp=2), stage(16, cp=2)]
+    path = plan_file(tmp_path, stages, global_batch=16, microbatches=None, micro_batch=1, zero=1)
+    for data in round_trips(cli, OPTIONS, flags, path):
         assert [s["cp"] for s in data["stage_plan"]["stages"]] == [2, 2]
         assert [s["cp"] for s in data["stages"]] == [2, 2] and data["breakdown"]["cp_comm_s"] > 0
         assert stage_plan_from_dict(data["stage_plan"]).stages[1].cp == 2
-        (tmp_path / "stages.yaml").write_text(yaml.safe_dump(data["stage_plan"]))
 
 
 def test_cp_span_by_hand():

@@ -15,8 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from paraplan.catalog import load_model
-from paraplan.specs.errors import InputError
-from test_one_path import assert_same, both_paths, draw_plan_fields
+from tests.unit.test_one_path import assert_same, both_paths, draw_plan_fields
 
 # the catalog's MoE-family models: Mixtral (8 experts), Qwen3 (128 experts, moe_ffn_hidden 768), GPT-OSS
 # (windowed and full layers in turn), DeepSeek-V3 (MLA, 3 dense layers, an MTP module), Kimi K2 (MLA, 1 dense
@@ -67,7 +66,7 @@ def test_uniform_and_per_stage_paths_price_an_moe_plan_alike(case):
 def test_expert_parallel_degrees_agree(ep):
     """Mixtral 8x7B on 32 H100s, tp 2 (sequence parallel), pp 2, dp 8: every ep of its 8 experts, the
     expert-data-parallel group edp = 16/ep; the local experts' parameters fall with ep on both paths."""
-    plan = dict(gpus=32, tp=2, pp=2, ep=ep, global_batch=32, micro_batch=1, seq_length=2048)
-    uniform, per_stage = both_paths("mixtral-8x7b", sequence_parallel=True, **plan)
+    plan = {"gpus": 32, "tp": 2, "pp": 2, "ep": ep, "global_batch": 32, "micro_batch": 1}
+    uniform, per_stage = both_paths("mixtral-8x7b", seq_length=2048, sequence_parallel=True, **plan)
     assert_same(uniform, per_stage)
     assert [s["ep"] for s in per_stage.stage_summary] == [ep, ep]

@@ -435,6 +435,18 @@ def model_blocks(model: ModelSpec) -> tuple[BlockRef, ...]:
     return (BlockRef("embedding", widths[0]), *layers, BlockRef("head", widths[-1]))
 
 
+def attached_blocks(model: ModelSpec) -> tuple[tuple[BlockRef, dict[str, int]], ...]:
+    """The blocks a stage holds beside those of the block list, each with how many of it each listed block of a
+    kind brings (kind -> count): for a model graph/moe.py builds, one routed-experts block per MoE layer and per
+    MTP module (its own gradient group's parameters), the MTP modules with the output block, as a uniform plan's
+    stage holds them (step.layout.StageMix: routed = MoE layers + MTP modules, MTP modules on the last stage)."""
+    if not moe_shaped(model):
+        return ()
+    mtp = {"head": model.mtp_layers} if model.mtp_layers else {}
+    experts = (BlockRef("experts", model), {"moe_layer": 1, **mtp})
+    return (experts, (BlockRef("mtp", model), mtp)) if mtp else (experts,)
+
+
 def block_graph(model: ModelSpec, ref: BlockRef, shape: LayerShape) -> LayerGraph:
     """The op graph of one block of ``model`` (``ref``: from ``model_blocks``) on ``shape``."""
     return BLOCK_KINDS[ref.kind].build(model, ref.width, shape)
@@ -446,28 +458,6 @@ def block_memory(
     """(kept, held once, buffer) bytes of one block; only the kinds recomputation checkpoints read ``recompute``."""
     kind = BLOCK_KINDS[ref.kind]
     return kind.memory_of(model, ref.width, shape, recompute if kind.recomputed else "none")
-
-
-def boundary_bytes(
-    model: ModelSpec, blocks: tuple[BlockRef, ...], after: int, shape: LayerShape
-) -> float:
-    """Activation bytes sent forward after block ``after`` per micro-batch (gradients of the same size
-    come back): b·(s/c)·h half-precision elements split over TP (Narayanan et al. 2021 §4.1); inside
-    T5's decoder the encoder output travels along with the decoder state (every decoder layer reads it)."""
-    ref = blocks[min(after, len(blocks) - 1)]
-    nxt = blocks[min(after + 1, len(blocks) - 1)]
-    if (
-        nxt.kind in ("cross_decoder", "head")
-        and model.architecture == "encoder_decoder"
-        and ref.kind != "embedding"
-    ):
-        dec = decoder_seq(model, shape.seq_length)
-        enc_bytes = (
-            shape.act_bytes * shape.micro_batch * shape.seq_length * ref.width.hidden / shape.cp
-        )
-        dec_bytes = shape.act_bytes * shape.micro_batch * dec * ref.width.hidden / shape.cp
-        return (enc_bytes + (dec_bytes if ref.kind == "cross_decoder" else 0.0)) / shape.tp
-    return shape.act_bytes * shape.local_tokens * ref.width.hidden / shape.tp
 
 
 @lru_cache(maxsize=64)

@@ -48,7 +48,7 @@ from paraplan.specs.stage_plan import (
     stage_block_ranges,
     stage_devices,
 )
-from paraplan.step.blocks import boundary_bytes, model_blocks
+from paraplan.step.blocks import model_blocks
 from paraplan.step.layer_shape import DENSE, expert_shape_of, layer_shape_from
 from paraplan.step.build import system_terms
 from paraplan.step.constants import at_zero_stage, batch_sync_s, stack_shape_fields
@@ -86,6 +86,7 @@ from paraplan.step.stage_totals import (
 from paraplan.step.stage_links import (  # noqa: F401 (re-exported: the searches and the tests read them here)
     Common,
     StageSetting,
+    boundary_bytes,
     cp_span,
     group_links,
     node_counts,

@@ -28,6 +28,7 @@ from paraplan.specs.system import SystemSpec
 from paraplan.step.block_sums import block_comm, block_compute, dtensor_tp
 from paraplan.step.blocks import (
     BlockRef,
+    attached_blocks,
     block_graph,
     block_memory,
     head_params_with_embedding,
@@ -48,18 +49,6 @@ from paraplan.step.engines import EngineRules, host_layer_times_s
 from paraplan.step.layout import prefix_counts
 
 NO_SPAN = GroupSpan(1, 1, 1)
-
-
-def attached_blocks(model: ModelSpec) -> tuple[tuple[BlockRef, dict[str, int]], ...]:
-    """The blocks a stage holds beside those of the block list, each with how many of it each listed block of a
-    kind brings (kind -> count): for a model graph/moe.py builds, one routed-experts block per MoE layer and per
-    MTP module (its own gradient group's parameters), the MTP modules with the output block, as a uniform plan's
-    stage holds them (step.layout.StageMix: routed = MoE layers + MTP modules, MTP modules on the last stage)."""
-    if not moe_shaped(model):
-        return ()
-    mtp = {"head": model.mtp_layers} if model.mtp_layers else {}
-    experts = (BlockRef("experts", model), {"moe_layer": 1, **mtp})
-    return (experts, (BlockRef("mtp", model), mtp)) if mtp else (experts,)
 
 
 def distinct_blocks(model: ModelSpec) -> tuple[BlockRef, ...]:
@@ -96,62 +85,53 @@ def _block_facts(
     span: GroupSpan,
     cp_span: GroupSpan = NO_SPAN,
 ) -> BlockFacts:
-    """One distinct block's sums on one pool's GPUs (step.block_sums: TP collectives on the stage's slowest
-    TP group, ``span``, step.stage_links.tp_span; CP collectives on its slowest CP group, ``cp_span``,
-    step.stage_links.cp_span, as step.build._used_span_cost_facts prices a uniform plan's; backward ones hidden only where the engine runs them asynchronously, ``async_tp``:
-    step.engines.EngineRules.async_tp_backward), parameters (``head_params`` in place of the graph's when given: the output block sharing
-    the stage with the input block, whose weight tensors then leave out the tied table:
-    step.blocks.head_tensors_shared_with_embedding) and memory (step.blocks.block_memory; kept and held bytes times the
-    engine's activation_memory_factor)."""
-    graph = block_graph(model, ref, shape)
-    w = ref.width
-    tensors, largest, small = weight_tensor_stats(graph, *weight_stat_fields(w))
+    """One distinct block's sums on one pool's GPUs (``_own_facts``; a block of a model graph/moe.py builds costed
+    as a uniform plan costs its kind, step.build.kind_cost_facts and kind_memory_facts: expert-free kinds without
+    the expert knobs, the others' dispatch and combine on cost.moe's expert spans of ``shape.expert`` and their
+    a2a overlap, the local experts' parameters, activations and dispatch buffers), parameters (``head_params`` in
+    place of the graph's when given: the output block sharing the stage with the input block, whose weight
+    tensors then leave out the tied table: step.blocks.head_tensors_shared_with_embedding) and memory (kept and
+    held bytes times the engine's activation_memory_factor)."""
+    if moe_shaped(model):
+        cost = kind_cost_facts(model, system, shape, span, cp_span, ref.kind, async_tp)
+        facts = BlockFacts.of(cost, kind_memory_facts(model, shape, ref.kind, recompute))
+    else:
+        facts = _own_facts(model, system, ref, shape, recompute, async_tp, span, cp_span)
     if head_params is not None:  # the output block beside the input block: the tied table once
-        tensors = tensors - head_tensors_shared_with_embedding(w)
-    kept, held, buffer = block_memory(model, ref, shape, recompute)
-    comm = block_comm(graph, system, span, cp_span, async_tp=async_tp)
-    if dtensor_tp(system):  # PyTorch AsyncTP's collective matmuls (cost.async_tp)
-        comm = with_async_tp_exposure(comm, graph, system, shape.dtype, span)
-    return BlockFacts(
-        block_compute(graph, system, shape.dtype, (w.has_bias, w.has_qkv_bias)),
-        comm,
-        graph.weight_params if head_params is None else head_params,
-        kept * memory_factor,
-        held * memory_factor,
-        buffer,
-        largest,
-        tensors,
-        small,
-    )
-
-
-@lru_cache(maxsize=4096)
-def _moe_family_facts(
-    model: ModelSpec,
-    system: SystemSpec,
-    ref: BlockRef,
-    shape: LayerShape,
-    recompute: str,
-    memory_factor: float,
-    head_params: float | None,
-    async_tp: bool,
-    span: GroupSpan,
-    cp_span: GroupSpan = NO_SPAN,
-) -> BlockFacts:
-    """``_block_facts`` of a block of a model graph/moe.py builds: its kind costed as a uniform plan costs it
-    (step.build.kind_cost_facts: expert-free kinds without the expert knobs, the others' dispatch and combine
-    on cost.moe's expert spans of ``shape.expert`` and their a2a overlap; step.build.kind_memory_facts: the local
-    experts' activations and dispatch buffers), with ``_block_facts``' engine rules (``async_tp``, the kept and
-    held bytes times ``memory_factor``) and the output block beside the input block (``head_params``)."""
-    cost = kind_cost_facts(model, system, shape, span, cp_span, ref.kind, async_tp)
-    facts = BlockFacts.of(cost, kind_memory_facts(model, shape, ref.kind, recompute))
-    if head_params is not None:  # the output block beside the input block: the tied table once
-        shared = head_tensors_shared_with_embedding(model)
+        shared = head_tensors_shared_with_embedding(ref.width)
         facts = replace(facts, params=head_params, weight_tensors=facts.weight_tensors - shared)
     return replace(
         facts,
         activation_bytes=facts.activation_bytes * memory_factor,
         held_bytes=facts.held_bytes * memory_factor,
+    )
+
+
+def _own_facts(
+    model: ModelSpec,
+    system: SystemSpec,
+    ref: BlockRef,
+    shape: LayerShape,
+    recompute: str,
+    async_tp: bool,
+    span: GroupSpan,
+    cp_span: GroupSpan,
+) -> BlockFacts:
+    """``_block_facts`` of a block of its own widths (a dense model's, or a layer_widths group's): step.block_sums'
+    sums of its graph (TP collectives on the stage's slowest TP group, ``span``, step.stage_links.tp_span; CP
+    collectives on its slowest CP group, ``cp_span``, step.stage_links.cp_span, as step.build._used_span_cost_facts
+    prices a uniform plan's; backward ones hidden only where the engine runs them asynchronously, ``async_tp``:
+    step.engines.EngineRules.async_tp_backward) and step.blocks.block_memory."""
+    graph = block_graph(model, ref, shape)
+    w = ref.width
+    tensors, largest, small = weight_tensor_stats(graph, *weight_stat_fields(w))
+    kept, held, buffer = block_memory(model, ref, shape, recompute)
+    comm = block_comm(graph, system, span, cp_span, async_tp=async_tp)
+    if dtensor_tp(system):  # PyTorch AsyncTP's collective matmuls (cost.async_tp)
+        comm = with_async_tp_exposure(comm, graph, system, shape.dtype, span)
+    compute = block_compute(graph, system, shape.dtype, (w.has_bias, w.has_qkv_bias))
+    return BlockFacts(
+        compute, comm, graph.weight_params, kept, held, buffer, largest, tensors, small
     )
 
 
@@ -191,12 +171,11 @@ def pool_units(
     the plan asks, where the stage's slowest TP group (``span``) sits in one NVLink domain (step.build.tp_overlap);
     CP collectives on ``cp_span`` (step.stage_links.cp_span)."""
     overlap = tp_overlap(overlap_tp_comm, span.domains)
-    facts_of = _moe_family_facts if moe_shaped(model) else _block_facts
     out = []
     for ref in distinct_blocks(model):
         head = ref.kind == "head" and first_and_last
         params = head_params_with_embedding(ref.width, shape.tp) if head else None
-        facts = facts_of(
+        facts = _block_facts(
             model,
             system,
             ref,

@@ -16,12 +16,15 @@ from paraplan.cost.comm import GroupSpan, linear_collective, span_of_domains
 from paraplan.cost.group_spans import slowest_span, strided_groups_span
 from paraplan.cost.moe import expert_dp_span
 from paraplan.graph.ops import ExpertShape
+from paraplan.step.layer_shape import DENSE
 from paraplan.specs.cluster import ClusterSpec
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.parallel import ParallelDims
 from paraplan.specs.plan import RuntimeFields
 from paraplan.specs.system import SystemSpec
-from paraplan.step.blocks import model_gradient_groups
+from paraplan.graph.encoder import decoder_seq
+from paraplan.graph.transformer import LayerShape
+from paraplan.step.blocks import BlockRef, model_gradient_groups
 from paraplan.step.build import gradient_group
 from paraplan.step.compose import GradientGroup
 from paraplan.step.constants import at_zero_stage, system_terms
@@ -75,7 +78,7 @@ class Common:
     # the layer shape as on a uniform plan
     runtime: RuntimeFields = RuntimeFields()
     # a mixture-of-experts model's run-wide knobs (step.layer_shape.expert_shape_of), each stage's ep and etp its own
-    expert: ExpertShape = ExpertShape()
+    expert: ExpertShape = DENSE
 
     @property
     def rules(self) -> EngineRules:
@@ -188,6 +191,28 @@ def cp_reshard_peers(senders: int, receivers: int, cp: int) -> tuple[tuple[int, 
     model, specs.rules.stage_cp_rule), so it exchanges with CP rank c of the replicas whose samples overlap."""
     peers = reshard_peers(senders // cp, receivers // cp)
     return tuple(tuple(q * cp + r % cp for q in peers[r // cp]) for r in range(senders))
+
+
+def boundary_bytes(
+    model: ModelSpec, blocks: tuple[BlockRef, ...], after: int, shape: LayerShape
+) -> float:
+    """Activation bytes sent forward after block ``after`` per micro-batch (gradients of the same size
+    come back): b·(s/c)·h half-precision elements split over TP (Narayanan et al. 2021 §4.1); inside
+    T5's decoder the encoder output travels along with the decoder state (every decoder layer reads it)."""
+    ref = blocks[min(after, len(blocks) - 1)]
+    nxt = blocks[min(after + 1, len(blocks) - 1)]
+    if (
+        nxt.kind in ("cross_decoder", "head")
+        and model.architecture == "encoder_decoder"
+        and ref.kind != "embedding"
+    ):
+        dec = decoder_seq(model, shape.seq_length)
+        enc_bytes = (
+            shape.act_bytes * shape.micro_batch * shape.seq_length * ref.width.hidden / shape.cp
+        )
+        dec_bytes = shape.act_bytes * shape.micro_batch * dec * ref.width.hidden / shape.cp
+        return (enc_bytes + (dec_bytes if ref.kind == "cross_decoder" else 0.0)) / shape.tp
+    return shape.act_bytes * shape.local_tokens * ref.width.hidden / shape.tp
 
 
 def reshard_peers(senders: int, receivers: int) -> tuple[tuple[int, ...], ...]:
