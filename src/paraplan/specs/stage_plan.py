@@ -11,6 +11,13 @@ and priced as a uniform plan prices it (step.per_stage). Every stage runs the sa
 (specs.rules.stage_cp_rule: Megatron-Core and torchtitan run one context-parallel group size per model,
 and no engine reshards a sequence between stages); the per-stage searches keep cp = 1.
 
+Expert parallelism: a stage of a mixture-of-experts model may state ``ep`` and ``etp`` (default 1; the expert
+grid etp·ep·edp carved out of its tp·cp·dp ranks), the plan the run's MoE knobs (EXPERT_KNOBS, a uniform
+plan's), checked by a uniform plan's MoE rules (specs.rules_moe.stage_expert_violations), every stage the same
+ep and etp (stage_expert_rule: Megatron-Core's one expert grid per model), one pool per MoE stage
+(stage_pools_rule), and priced as a uniform plan prices them (step.per_stage); the per-stage searches take
+dense models only.
+
 Micro-batching: the global batch is cut into ``microbatches`` micro-batches that flow through the
 pipeline; stage i splits each over its dp_i replicas, so one GPU of stage i works on
 global_batch / (microbatches · dp_i) samples per micro-batch (Aceso's per-stage data parallelism).
@@ -310,22 +317,10 @@ def stage_plan_violations(
     plan: StagePlanSpec, model: ModelSpec, cluster: ClusterSpec
 ) -> list[Violation]:
     """Every rule the plan breaks for this model and cluster, each naming field, value and rule: the
-    stages cover the model's blocks in order, the model is one the per-stage builder composes, each
+    stages' cp and expert grid (``_grid_violations``), the stages cover the model's blocks in order, each
     stage keeps specs.rules.stage_rules, names pools of the cluster and takes no more GPUs than they
     have, and a stage holding no transformer layer recomputes no op."""
-    out = []
-    first = plan.stages[0]
-    for i, s in enumerate(plan.stages):
-        if rule := stage_cp_rule(model, s.cp, first.cp):
-            out.append(Violation(f"plan.stages.{i}.cp", s.cp, rule))
-        elif plan.engine == "deepspeed" and (rule := deepspeed_cp_rule(s.cp, plan.cp_algorithm)):
-            out.append(Violation(f"plan.stages.{i}.cp", s.cp, rule))
-        if rule := stage_expert_rule(s.ep, s.etp, (first.ep, first.etp)):
-            out.append(Violation(f"plan.stages.{i}.ep", s.ep, rule))
-        else:
-            out += stage_expert_violations(model, i, s.dims, plan)
-        if rule := stage_pools_rule(model, len({d.pool for d in s.devices})):
-            out.append(Violation(f"plan.stages.{i}.devices", len(s.devices), rule))
+    out = _grid_violations(plan, model)
     out += _coverage_violations(plan, model)
     if rule := vpp_rule(plan.pp, plan.vpp):
         out.append(Violation("plan.vpp", plan.vpp, rule))
@@ -367,6 +362,26 @@ def stage_plan_violations(
         if name in pools and count > pools[name].gpu_count:
             rule = f"GPUs taken exceed the pool's {pools[name].gpu_count}"
             out.append(Violation(f"plan.stages (pool {name})", count, rule))
+    return out
+
+
+def _grid_violations(plan: StagePlanSpec, model: ModelSpec) -> list[Violation]:
+    """Each stage's cp (specs.rules.stage_cp_rule: the first stage's; deepspeed_cp_rule on DeepSpeed's engine)
+    and expert grid (specs.rules_moe: stage_expert_rule, the first stage's ep and etp, then a uniform plan's
+    MoE rules on the stage, stage_expert_violations; stage_pools_rule, one pool per MoE stage)."""
+    out, first = [], plan.stages[0]
+    for i, s in enumerate(plan.stages):
+        if rule := stage_cp_rule(model, s.cp, first.cp):
+            out.append(Violation(f"plan.stages.{i}.cp", s.cp, rule))
+        elif plan.engine == "deepspeed" and (rule := deepspeed_cp_rule(s.cp, plan.cp_algorithm)):
+            out.append(Violation(f"plan.stages.{i}.cp", s.cp, rule))
+        if rule := stage_expert_rule(s.ep, s.etp, (first.ep, first.etp)):
+            out.append(Violation(f"plan.stages.{i}.ep", s.ep, rule))
+        else:
+            out += stage_expert_violations(model, i, s.dims, plan)
+        pools = len({d.pool for d in s.devices})
+        if rule := stage_pools_rule(model, pools):
+            out.append(Violation(f"plan.stages.{i}.devices", pools, rule))
     return out
 
 
