@@ -76,7 +76,6 @@ def test_uniform_t5_estimate_equals_the_hand_built_stage_plan():
         ({"schedule": "dualpipe"}, "plan.schedule"),
         ({"offload_optimizer": True}, "plan.offload_optimizer"),
         ({"recompute": "full", "recompute_num_layers": 2}, "plan.recompute_num_layers"),
-        ({"ep": 2}, "plan.ep"),
         ({"stage_layers": (30, 18), "pp": 2}, "plan.stage_layers"),
     ],
 )
@@ -86,6 +85,17 @@ def test_knobs_the_stage_plan_cannot_carry_are_refused(fields, field):
         uniform_stage_plan(plan, T5, POOL)
     text = str(err.value)
     assert "\n" not in text and f"{field}: " in text and "allowed" in text
+
+
+def test_a_dense_models_ep_is_refused_by_the_uniform_rule():
+    """ep is carried (every stage states it, issue 31), and a dense model's ep is 1 (specs.rules_moe.expert_free_rule),
+    named on the uniform plan's field."""
+    plan = PlanSpec(gpus=8, global_batch=8, seq_length=512, ep=2)
+    with pytest.raises(InputError) as err:
+        uniform_stage_plan(plan, T5, POOL)
+    assert "plan.ep: 2 is not allowed; expert parallelism needs a mixture-of-experts model" in str(
+        err.value
+    )
 
 
 @pytest.mark.parametrize(

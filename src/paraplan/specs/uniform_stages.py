@@ -8,6 +8,7 @@ uses to check that both paths price a plan alike.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import get_args
 
 from paraplan.specs.errors import InputError, Violation
@@ -22,6 +23,7 @@ from paraplan.specs.rules import (
     tp_rules,
 )
 from paraplan.specs.rules import costed_by_stages, interleave_model_rule  # noqa: F401 (named here too)
+from paraplan.specs.rules_moe import moe_plan_violations
 from paraplan.specs.stage_plan import EXPERT_KNOBS, StagePlanSpec, stage_plan_from_dict
 
 # The PlanSpec fields a per-stage plan carries (uniform_stage_plan); every other PlanSpec field must keep
@@ -114,8 +116,8 @@ def unsupported_field_violations(plan: PlanSpec) -> list[Violation]:
 
 
 def uniform_plan_violations(plan: PlanSpec, model: ModelSpec) -> list[Violation]:
-    """The uniform plan's own rules a per-stage plan relies on (specs.plan: degrees, tp, pp, batch,
-    sequence parallelism; the per-stage plan's cp rule, specs.rules.stage_cp_rule), then the knobs it
+    """The uniform plan's own rules a per-stage plan relies on (specs.plan: degrees, tp, pp, the MoE knobs,
+    batch, sequence parallelism; the per-stage plan's cp rule, specs.rules.stage_cp_rule), then the knobs it
     cannot carry."""
     out = unsupported_field_violations(plan)
     if rule := interleave_model_rule(model, plan.vpp):
@@ -127,6 +129,8 @@ def uniform_plan_violations(plan: PlanSpec, model: ModelSpec) -> list[Violation]
         out.append(Violation("plan.cp", plan.cp, rule))
     if rule := pp_rule(model, plan.pp):
         out.append(Violation("plan.pp", plan.pp, rule))
+    # ep, etp and the MoE knobs (a dense model: ep 1), on the degrees as specs.plan.plan_violations reads them
+    out += moe_plan_violations(model, plan.dims if plan.dp else replace(plan.dims, dp=1), plan)
     if plan.dp and (rule := batch_rule(plan.global_batch, plan.dp, plan.micro_batch)):
         out.append(Violation("plan.global_batch", plan.global_batch, rule))
     if plan.sequence_parallel and (
