@@ -23,14 +23,20 @@ from collections.abc import Iterable
 from typing import Any
 
 LOADER = "pydantic.plugin._loader"
-ALL_OFF = ("__all__", "1", "true")  # PYDANTIC_DISABLE_PLUGINS values that turn every plugin off (_loader.py)
+ALL_OFF = (
+    "__all__",
+    "1",
+    "true",
+)  # PYDANTIC_DISABLE_PLUGINS values that turn every plugin off (_loader.py)
 
 
 def skip_plugin_scan() -> None:
     """The stand-in (module doc) as ``pydantic.plugin._loader``, unless pydantic's own is loaded already."""
     if LOADER in sys.modules:
         return
-    stand_in = types.ModuleType(LOADER, "stand-in for pydantic's plugin loader (paraplan.io.pydantic_plugins)")
+    stand_in = types.ModuleType(
+        LOADER, "stand-in for pydantic's plugin loader (paraplan.io.pydantic_plugins)"
+    )
     stand_in.get_plugins = _get_plugins
     stand_in.__getattr__ = _real_attribute
     sys.modules[LOADER] = stand_in
@@ -43,7 +49,9 @@ def _get_plugins() -> Iterable[Any]:
 
 
 def _real_attribute(name: str) -> Any:
-    if name.startswith("__"):  # a module's own attributes (``__path__``, asked by every ``from ... import``)
+    if name.startswith(
+        "__"
+    ):  # a module's own attributes (``__path__``, asked by every ``from ... import``)
         raise AttributeError(name)
     return getattr(_real_loader(), name)
 
