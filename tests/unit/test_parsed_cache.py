@@ -6,6 +6,7 @@ import datetime
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -43,29 +44,32 @@ def _typed(value):
 def test_a_parse_is_kept_and_read_back_as_it_was(folder):
     data = {"b": 1, "a": [1.0, True, None, "x", {"n": -(2**40), "f": 1e-300}], "z": False}
     parse, calls = _counting(data)
-    assert parsed_cache.parsed("text", parse) is data
-    again = parsed_cache.parsed("text", parse)
+    assert parsed_cache.parsed("text", parse, "p") is data
+    again = parsed_cache.parsed("text", parse, "p")
     assert calls == ["text"]  # the second from the file
     assert _typed(again) == _typed(data) and list(again) == ["b", "a", "z"]
-    assert [p.name for p in folder.iterdir()] == [parsed_cache.entry_key("text") + ".marshal"]
+    assert [p.name for p in folder.iterdir()] == [parsed_cache.entry_key("text", "p") + ".marshal"]
 
 
 def test_an_edited_entry_is_parsed_afresh(folder):
     parse, calls = _counting(lambda text: {"value": len(text)})
-    assert parsed_cache.parsed("a: 1\n", parse) == {"value": 5}
-    assert parsed_cache.parsed("a: 12\n", parse) == {"value": 6}
+    assert parsed_cache.parsed("a: 1\n", parse, "p") == {"value": 5}
+    assert parsed_cache.parsed("a: 12\n", parse, "p") == {"value": 6}
     assert calls == ["a: 1\n", "a: 12\n"]
     assert len(list(folder.iterdir())) == 2
 
 
 def test_the_key_covers_the_parser(monkeypatch):
-    # the same text under another parser (this package's io sources, PyYAML's files, Python) is another file
-    key = parsed_cache.entry_key("a: 1\n")
-    assert key == parsed_cache.entry_key("a: 1\n") and key != parsed_cache.entry_key("a: 2\n")
+    # the same text under another parser (its name, this package's io sources, PyYAML's files, Python) is
+    # another file
+    key = parsed_cache.entry_key("a: 1\n", "strict")
+    assert key == parsed_cache.entry_key("a: 1\n", "strict")
+    assert key != parsed_cache.entry_key("a: 2\n", "strict")
+    assert key != parsed_cache.entry_key("a: 1\n", "packaged")
     stamp = parsed_cache.parser_stamp()
     assert b"strict_yaml.py" in stamp and b"__init__.py:" in stamp and sys.version.encode() in stamp
     monkeypatch.setattr(parsed_cache, "parser_stamp", lambda: stamp + b"another parser")
-    assert parsed_cache.entry_key("a: 1\n") != key
+    assert parsed_cache.entry_key("a: 1\n", "strict") != key
 
 
 def test_an_unwritable_folder_only_means_nothing_is_kept(tmp_path, monkeypatch):
@@ -73,31 +77,31 @@ def test_an_unwritable_folder_only_means_nothing_is_kept(tmp_path, monkeypatch):
     blocker.write_text("not a folder")
     monkeypatch.setenv("PARAPLAN_CACHE_DIR", str(blocker))
     parse, calls = _counting({"a": 1})
-    assert parsed_cache.parsed("t", parse) == {"a": 1}
-    assert parsed_cache.parsed("t", parse) == {"a": 1}
+    assert parsed_cache.parsed("t", parse, "p") == {"a": 1}
+    assert parsed_cache.parsed("t", parse, "p") == {"a": 1}
     assert calls == ["t", "t"] and blocker.read_text() == "not a folder"
 
 
 def test_a_damaged_file_is_parsed_again_and_replaced(folder):
     parse, calls = _counting({"a": [1, 2, 3]})
-    parsed_cache.parsed("t", parse)
-    path = folder / (parsed_cache.entry_key("t") + ".marshal")
+    parsed_cache.parsed("t", parse, "p")
+    path = folder / (parsed_cache.entry_key("t", "p") + ".marshal")
     path.write_bytes(path.read_bytes()[:5])  # truncated
-    assert parsed_cache.parsed("t", parse) == {"a": [1, 2, 3]}
-    assert parsed_cache.parsed("t", parse) == {"a": [1, 2, 3]}
+    assert parsed_cache.parsed("t", parse, "p") == {"a": [1, 2, 3]}
+    assert parsed_cache.parsed("t", parse, "p") == {"a": [1, 2, 3]}
     assert len(calls) == 2 and [p.name for p in folder.iterdir()] == [path.name]
 
 
 def test_what_marshal_cannot_hold_and_errors_are_not_kept(folder):
     dated = {"day": datetime.date(2026, 11, 30)}
-    assert parsed_cache.parsed("d", lambda text: dated) is dated
+    assert parsed_cache.parsed("d", lambda text: dated, "p") is dated
     assert not folder.exists() or list(folder.iterdir()) == []
 
     def refuse(text):
         raise InputError("model: not valid YAML")
 
     with pytest.raises(InputError, match="not valid YAML"):
-        parsed_cache.parsed("bad", refuse)
+        parsed_cache.parsed("bad", refuse, "p")
     assert not folder.exists() or list(folder.iterdir()) == []
 
 
@@ -109,9 +113,29 @@ def test_every_catalog_entry_reads_back_as_parsed(folder, kind):
         def parse(text, name=name):
             return parse_document(text, repr(f"{kind}/{name}.yaml"), kind, as_json=False)
 
-        first = parsed_cache.parsed(text, parse)
-        kept = parsed_cache.parsed(text, lambda text: pytest.fail("parsed again"))
+        first = parsed_cache.parsed(text, parse, "strict")
+        kept = parsed_cache.parsed(text, lambda text: pytest.fail("parsed again"), "strict")
         assert _typed(kept) == _typed(first) == _typed(parse(text))
+
+
+def test_every_packaged_file_reads_back_as_parsed(folder):
+    # the exporters' kept argument lists and start-up checks, the importers' names, the GEMM benchmarks and
+    # the expert loads: packaged_yaml's data, kept, equals PyYAML's safe loader's
+    import yaml
+
+    package = Path(parsed_cache.__file__).parents[1]
+    files = sorted(
+        [*package.glob("export/*/*.yaml"), *package.glob("importers/*.yaml")]
+        + [package / "catalog" / "benchmarks" / "gemm.yaml"]
+        + [package / "catalog" / "routing" / "expert_loads.yaml"]
+    )
+    assert len(files) >= 13
+    for path in files:
+        text = path.read_text()
+        first = parsed_cache.packaged_yaml(text)
+        assert (folder / (parsed_cache.entry_key(text, "packaged") + ".marshal")).is_file()
+        kept = parsed_cache.packaged_yaml(text)
+        assert _typed(kept) == _typed(first) == _typed(yaml.load(text, Loader=yaml.CSafeLoader))
 
 
 def test_a_second_process_reads_the_catalog_without_a_yaml_parser(folder):

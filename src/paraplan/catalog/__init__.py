@@ -77,7 +77,9 @@ def _read_entry(kind: str, name: str) -> dict:
     """The catalog file ``kind/name.yaml`` parsed, from the user's cache of parsed entries when a process parsed
     the same text before (io.parsed_cache: no YAML parser loaded then, issue 31)."""
     text = (catalog_folder(kind) / f"{name}.yaml").read_text(encoding="utf-8")
-    return parsed(text, partial(_parse_entry, label=repr(f"{kind}/{name}.yaml"), field=kind))
+    return parsed(
+        text, partial(_parse_entry, label=repr(f"{kind}/{name}.yaml"), field=kind), "strict"
+    )
 
 
 def _parse_entry(text: str, label: str, field: str) -> dict:

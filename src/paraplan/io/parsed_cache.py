@@ -1,9 +1,11 @@
-"""Parsed catalog entries kept between processes (issue 31: a search's start-up).
+"""Parsed catalog entries and packaged YAML files kept between processes (issue 31: a search's start-up).
 
-A catalog entry is a YAML file of the package; parsing it needs PyYAML, whose import alone is ~10 ms of a
+A catalog entry is a YAML file of the package (as are the exporters' argument lists and start-up checks,
+:func:`packaged_yaml`); parsing it needs PyYAML, whose import alone is ~10 ms of a
 process's CPU (yaml.reader compiles a Unicode-range regex at import), more than the parse. :func:`parsed` keeps
 what a parse gave in a user cache folder (:func:`cache_folder`, never the package's folder), one file per
-distinct input, named by the SHA-256 of everything that decides the result: the entry's text, this Python's
+distinct input, named by the SHA-256 of everything that decides the result: the entry's text, the parser's
+name (strict or packaged), this Python's
 version (marshal's format), the bytes of this package's ``io`` sources (the strict parser and its bounds) and the
 installed PyYAML's files (name, size, modification time). An entry the user adds or edits has another text and
 so another name: it is parsed afresh; nothing is looked up by file name or date alone.
@@ -61,15 +63,18 @@ def parser_stamp() -> bytes:
     return b"\0".join(parts)
 
 
-def entry_key(text: str) -> str:
-    """The cache file's name for ``text`` (without the suffix): the SHA-256 of the parser's stamp and it."""
-    return hashlib.sha256(parser_stamp() + b"\0" + text.encode("utf-8")).hexdigest()
+def entry_key(text: str, parser: str) -> str:
+    """The cache file's name for ``text`` read by ``parser`` (without the suffix): the SHA-256 of the parser's
+    stamp, its name and the text."""
+    head = parser_stamp() + b"\0" + parser.encode() + b"\0"
+    return hashlib.sha256(head + text.encode("utf-8")).hexdigest()
 
 
-def parsed(text: str, parse: Callable[[str], Any]) -> Any:
+def parsed(text: str, parse: Callable[[str], Any], parser: str) -> Any:
     """``parse(text)``, from the cache when an earlier process kept it (module doc), else parsed and kept.
-    An error of the parse is raised as it is and nothing is kept."""
-    path = cache_folder() / (entry_key(text) + SUFFIX)
+    ``parser`` names what ``parse`` does (the strict reading of a catalog entry, :func:`packaged_yaml`'s):
+    one text read two ways is two files. An error of the parse is raised as it is and nothing is kept."""
+    path = cache_folder() / (entry_key(text, parser) + SUFFIX)
     try:
         return marshal.loads(path.read_bytes())
     except (OSError, EOFError, ValueError, TypeError):  # none kept yet, or unreadable: parsed again
@@ -77,6 +82,20 @@ def parsed(text: str, parse: Callable[[str], Any]) -> Any:
     data = parse(text)
     _keep(path, data)
     return data
+
+
+def packaged_yaml(text: str) -> Any:
+    """A YAML data file shipped in the package (trusted, ours: no alias budget or duplicate-key check:
+    export/frameworks, export/facts, importers), parsed with libyaml's safe loader when PyYAML was built with
+    it (several times faster than the pure-Python one), else the pure-Python SafeLoader; the same data either
+    way; kept as :func:`parsed` keeps a catalog entry (a search's launch targets read eleven such files)."""
+    return parsed(text, _safe_load, "packaged")
+
+
+def _safe_load(text: str) -> Any:
+    import yaml  # here: a kept file needs no YAML parser
+
+    return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
 
 
 def _keep(path: Path, data: Any) -> None:
