@@ -38,6 +38,12 @@ if os.environ.get("PYTHONDONTWRITEBYTECODE") and "PYTHONPYCACHEPREFIX" not in os
     del os.environ["PYTHONDONTWRITEBYTECODE"]
     sys.pycache_prefix, sys.dont_write_bytecode = BYTECODE, False
 
+# parsed catalog entries (io.parsed_cache) go to a temporary folder the session's processes share, never the
+# user's cache; a PARAPLAN_CACHE_DIR already set wins. PARSED: the folder this process made (removed at its end)
+PARSED = None
+if "PARAPLAN_CACHE_DIR" not in os.environ:
+    PARSED = os.environ["PARAPLAN_CACHE_DIR"] = tempfile.mkdtemp(prefix="paraplan-cache-")
+
 settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True)
 settings.register_profile(
     "explore", derandomize=False, deadline=None, max_examples=500, print_blob=True
@@ -106,6 +112,8 @@ def pytest_unconfigure(config):
     gc.freeze()
     if BYTECODE is not None:  # the workers and subprocesses have ended
         shutil.rmtree(BYTECODE, ignore_errors=True)
+    if PARSED is not None:
+        shutil.rmtree(PARSED, ignore_errors=True)
 
 
 @pytest.fixture()

@@ -7,15 +7,15 @@ from __future__ import annotations
 
 import difflib
 import os
-from functools import lru_cache
-from importlib import resources
+from functools import lru_cache, partial
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
 from paraplan.catalog import hf_cache as _hub
-from paraplan.io.catalog_files import catalog_names
+from paraplan.io.catalog_files import catalog_folder, catalog_names
+from paraplan.io.parsed_cache import parsed
 from paraplan.specs.checked import Spec, validate_spec
 from paraplan.specs.errors import InputError, UnknownNameError, input_error_from_pydantic
 from paraplan.specs.model import ModelSpec
@@ -74,10 +74,18 @@ def _unknown(kind: str, field: str, name: str, known: list[str]) -> UnknownNameE
 
 @lru_cache(maxsize=None)
 def _read_entry(kind: str, name: str) -> dict:
-    from paraplan.io.documents import parse_document  # here: listing names needs no YAML parser
+    """The catalog file ``kind/name.yaml`` parsed, from the user's cache of parsed entries when a process parsed
+    the same text before (io.parsed_cache: no YAML parser loaded then, issue 31)."""
+    text = (catalog_folder(kind) / f"{name}.yaml").read_text(encoding="utf-8")
+    return parsed(
+        text, partial(_parse_entry, label=repr(f"{kind}/{name}.yaml"), field=kind), "strict"
+    )
 
-    text = (resources.files("paraplan.catalog") / kind / f"{name}.yaml").read_text(encoding="utf-8")
-    return parse_document(text, repr(f"{kind}/{name}.yaml"), kind, as_json=False)
+
+def _parse_entry(text: str, label: str, field: str) -> dict:
+    from paraplan.io.documents import parse_document  # here: a cached entry needs no YAML parser
+
+    return parse_document(text, label, field, as_json=False)
 
 
 @lru_cache(maxsize=None)

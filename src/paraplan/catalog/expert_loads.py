@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from paraplan.io.documents import packaged_yaml
+from paraplan.io.parsed_cache import packaged_yaml
 
 _DATA = Path(__file__).with_name("routing") / "expert_loads.yaml"
 

@@ -37,7 +37,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from paraplan.io.documents import packaged_yaml
+from paraplan.io.parsed_cache import packaged_yaml
 
 _DATA = (
     Path(__file__).with_name("benchmarks") / "gemm.yaml"

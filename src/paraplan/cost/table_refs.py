@@ -8,9 +8,9 @@ fp8 quantisation kernels) do not replace prices the user did not measure.
 
 from __future__ import annotations
 
-from importlib import resources
 from pathlib import Path
 
+from paraplan.io.catalog_files import catalog_folder
 from paraplan.specs.errors import InputError
 
 TABLE_KINDS = (
@@ -29,7 +29,7 @@ FIELD = "accelerator.kernel_tables"
 
 def shipped_tables() -> list[str]:
     """Names of the tables shipped in the package (catalog/kernels/<name>/table.yaml)."""
-    folder = resources.files("paraplan.catalog") / "kernels"
+    folder = catalog_folder("kernels")
     return sorted(p.name for p in folder.iterdir() if (p / "table.yaml").is_file())
 
 
@@ -58,7 +58,7 @@ def table_folder(ref: str):
     """The folder a reference's table lives in (a shipped name or a folder holding table.yaml)."""
     table = split_ref(ref)[0]
     if table in shipped_tables():
-        return resources.files("paraplan.catalog") / "kernels" / table
+        return catalog_folder("kernels") / table
     path = Path(table)
     if (path / "table.yaml").is_file():
         return path

@@ -26,13 +26,12 @@ mxfp8, its buffer reuse; first_last_layers_bf16 is in none of them).
 from __future__ import annotations
 
 from functools import lru_cache
-from importlib import resources
 from typing import Any
 
-from paraplan.export.common import ExportRefused, refuse
+from paraplan.export.common import FOLDER, ExportRefused, refuse
 from paraplan.export.megatron_core import fp8_primary_weights
 from paraplan.export.startup import Release
-from paraplan.io.documents import packaged_yaml
+from paraplan.io.parsed_cache import packaged_yaml
 from paraplan.specs.plan import PlanSpec
 
 FACTS = "megatron-bridge_precision.yaml"
@@ -41,7 +40,7 @@ FACTS = "megatron-bridge_precision.yaml"
 @lru_cache(maxsize=None)
 def precision_facts() -> dict[str, Any]:
     """The recipe facts (module doc)."""
-    return packaged_yaml((resources.files("paraplan.export") / "facts" / FACTS).read_text())
+    return packaged_yaml((FOLDER / "facts" / FACTS).read_text())
 
 
 def recipe_fields(recipe: str) -> dict[str, Any]:

@@ -13,16 +13,19 @@ import re
 from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass
 from functools import lru_cache
-from importlib import resources
+from pathlib import Path
 from typing import Any
 
-from paraplan.io.documents import packaged_yaml
+from paraplan.io.parsed_cache import packaged_yaml
 from paraplan.io.terminal import printable
 from paraplan.specs.errors import InputError
 from paraplan.specs.parallel import DEFAULT_PLACEMENT_LABEL, DIM_NAMES
 from paraplan.specs.plan import PlanSpec
 
 FRAMEWORKS = ("megatron", "nemo", "megatron-bridge", "torchtitan", "deepspeed")
+# the package's folder of kept files (frameworks/, facts/), read as files as catalog.expert_loads reads its
+# data: importlib.resources' reader imports zipfile (issue 31: a search reads them for its launch targets)
+FOLDER = Path(__file__).parent
 # The plan fields every exporter maps (each adds its own to its HANDLED set): the degrees, the batch and
 # the sequence, recomputation, ZeRO, datatype and attention, the schedule, the optimizer offload, the
 # overlap switches and the placement.
@@ -57,7 +60,7 @@ class FrameworkArgs:
 @lru_cache(maxsize=None)
 def framework_args(name: str) -> FrameworkArgs:
     """The kept argument list ``export/frameworks/<name>.yaml``."""
-    text = (resources.files("paraplan.export") / "frameworks" / f"{name}.yaml").read_text()
+    text = (FOLDER / "frameworks" / f"{name}.yaml").read_text()
     data = packaged_yaml(text)
     names = data.get("flags") or data.get("keys") or []
     return FrameworkArgs(

@@ -23,7 +23,6 @@ from paraplan.export.common import (
     same_placement,
 )
 from paraplan.export.startup import refuse_failed_keys
-from paraplan.io.documents import parse_document
 from paraplan.io.fields import Doc
 from paraplan.specs.plan import PlanSpec
 from paraplan.specs.rules import deepspeed_cp_rule
@@ -217,6 +216,10 @@ def export(plan: PlanSpec) -> str:
 
 def import_plan(text: str, seq_length: int | None = None) -> dict[str, object]:
     """PlanSpec fields from a DeepSpeed config; ``seq_length`` comes from the caller (the script's)."""
+    from paraplan.io.documents import (
+        parse_document,
+    )  # here: an export (a search's launch targets) needs no YAML
+
     cfg = Doc(parse_document(text, "the DeepSpeed config", "deepspeed", as_json=True), "deepspeed")
     flat = {p: _get(cfg.data, p) for p in _paths(cfg.data)}
     for key, (what, neutral) in UNREPRESENTABLE.items():

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from importlib import resources
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from paraplan.export.common import ExportRefused, FrameworkArgs, check_names, framework_args
-from paraplan.io.documents import packaged_yaml
+from paraplan.export.common import FOLDER, ExportRefused, FrameworkArgs, check_names, framework_args
+from paraplan.io.parsed_cache import packaged_yaml
 
 
 @dataclass(frozen=True)
@@ -54,7 +53,7 @@ class StartupChecks:
 @lru_cache(maxsize=None)
 def startup_checks(name: str) -> StartupChecks:
     """The kept checks ``export/facts/<name>_checks.yaml``."""
-    text = (resources.files("paraplan.export") / "facts" / f"{name}_checks.yaml").read_text()
+    text = (FOLDER / "facts" / f"{name}_checks.yaml").read_text()
     data = packaged_yaml(text)
     return StartupChecks(
         release=Release(data["repo"], data["tag"], data["commit"]),

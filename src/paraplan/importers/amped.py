@@ -15,7 +15,8 @@ from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
-from paraplan.io.documents import packaged_yaml, read_document
+from paraplan.io.documents import read_document
+from paraplan.io.parsed_cache import packaged_yaml
 from paraplan.io.fields import Doc, as_integer, as_number, refuse
 from paraplan.specs.errors import InputError
 

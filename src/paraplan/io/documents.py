@@ -435,10 +435,3 @@ __all__ = [
     "remove_stale_temps",
     "write_error",
 ]
-
-
-def packaged_yaml(text: str) -> Any:
-    """A YAML data file shipped in the package (trusted, ours: no alias budget or duplicate-key
-    check), parsed with libyaml's safe loader when PyYAML was built with it (several times faster
-    than the pure-Python one), else the pure-Python SafeLoader; the same data either way."""
-    return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506

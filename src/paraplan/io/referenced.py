@@ -15,6 +15,9 @@ from paraplan.specs.errors import InputError
 MAX_INPUT_BYTES = (
     16 * 2**20
 )  # 16 MiB: the largest model/system/case file we read (ours are < 100 kB)
+MAX_YAML_BYTES = (
+    2**18
+)  # 256 KiB of YAML (io.strict_yaml; the web page takes pasted files up to that size too)
 
 
 def _open_regular(path: Path, field: str):

@@ -18,9 +18,9 @@ from typing import Any
 
 import yaml
 
+from paraplan.io.referenced import MAX_YAML_BYTES  # noqa: F401 - defined where no YAML parser loads
 from paraplan.io.yaml_aliases import MAX_EXPANDED_NODES, expanded_nodes
 
-MAX_YAML_BYTES = 2**18  # 256 KiB of YAML (the web page takes pasted files up to that size too)
 C_PARSE_MAX_DEPTH = 1000  # nesting bound up to which libyaml's recursive composer is used
 PYTHON_PARSE_BUDGET_S = 10.0  # the pure-Python parser's time budget (weirdly indented documents)
 _C_LOADER = getattr(yaml, "CSafeLoader", None)
