@@ -26,7 +26,6 @@ import typer
 
 from paraplan.cli.app import EXIT_INPUT_ERROR, app
 from paraplan.io.collector import promote_to_oldest
-from paraplan.io.pydantic_plugins import skip_plugin_scan
 from paraplan.specs.errors import InputError, input_error_from_pydantic
 from paraplan.units import UnitError
 
@@ -284,7 +283,6 @@ def command_settings():
     # import (a library user's process keeps its settings); a value the user set wins.
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
-    skip_plugin_scan()  # nor loads importlib.metadata for the scan it skips (~10 ms)
     thresholds = gc.get_threshold()
     gc.set_threshold(COLLECT_AFTER, *thresholds[1:])
     try:
