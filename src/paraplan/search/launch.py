@@ -221,7 +221,7 @@ def _expert_axis_violations(framework: str, name: str, problem) -> list[tuple[st
     return out
 
 
-def degrees_allowed(framework: str | None, tp: int, pp: int, cp: int, seq_length: int) -> bool:
+def degrees_allowed(framework: str | None, tp: int, cp: int, seq_length: int) -> bool:
     """DeepSpeed has no ring context parallelism (specs.rules.deepspeed_cp_rule); torchtitan needs seq
     divisible by tp·2·cp (specs.rules.torchtitan_sequence_rule)."""
     name = launcher(framework)
@@ -389,7 +389,7 @@ def stage_plan_allowed(
     return (
         recompute_allowed(framework, mode)
         and schedule_allowed(framework, problem.schedule)
-        and degrees_allowed(framework, tp, pp, 1, problem.seq_length)
+        and degrees_allowed(framework, tp, 1, problem.seq_length)
         and state_allowed(
             framework,
             problem.zero,
