@@ -22,6 +22,7 @@ from paraplan.search.staged.non_uniform import search_non_uniform
 from paraplan.specs.cluster import uniform_cluster
 from paraplan.specs.errors import InputError
 from paraplan.specs.model import ModelSpec
+from paraplan.specs.parallel import ParallelDims
 from paraplan.specs.plan import PlanSpec, runtime_fields_of
 from paraplan.specs.recompute import plan_fields as mode_plan_fields
 from paraplan.specs.recompute import stage_mode
@@ -32,6 +33,7 @@ from paraplan.specs.stage_plan import (
     stage_plan_to_dict,
 )
 from paraplan.step.per_stage import estimate_stage_plan
+from paraplan.step.stage_links import StageSetting
 from tests.hetero.test_hetero_cli_and_cases import MIXED, MODEL, run
 
 REL = 1e-9
@@ -246,12 +248,20 @@ def test_a_launcher_runs_one_setting_on_every_stage():
     cluster = uniform_cluster(load_system("dgx-h100-80gb"), 8)
     priced, fields = profile_fields(load_framework("megatron-core"), cluster)
     problem = HeteroProblem(ModelSpec(name="t", **MODEL), priced, 16, 512, **fields)
-    same = [(2, 2, "full", ())] * 2
+
+    def settings(*stages):
+        """One StageSetting per pipeline stage from its (tp, dp, recompute, recompute_ops)."""
+        return [
+            StageSetting((), ParallelDims(tp=tp, dp=dp, pp=len(stages)), 1, rc, ops, i, 4)
+            for i, (tp, dp, rc, ops) in enumerate(stages)
+        ]
+
+    same = settings(*[(2, 2, "full", ())] * 2)
     assert launch.stage_plan_allowed("megatron-core", problem, same)
     for stages in (
-        [(2, 2, "full", ()), (1, 4, "full", ())],
-        [(2, 2, "full", ()), (2, 2, "none", ())],
-        [(2, 2, "none", ("mlp",))] * 2,
+        settings((2, 2, "full", ()), (1, 4, "full", ())),
+        settings((2, 2, "full", ()), (2, 2, "none", ())),
+        settings(*[(2, 2, "none", ("mlp",))] * 2),
     ):
         assert not launch.stage_plan_allowed("megatron-core", problem, stages)
         assert launch.stage_plan_allowed(None, problem, stages)

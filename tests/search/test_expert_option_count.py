@@ -29,7 +29,7 @@ def test_the_count_is_the_options_length(framework):
         framework=framework,
     )
     checked = 0
-    for tp, _, cp, dp in problem.factorizations:
+    for tp, cp, dp, _ in problem.factorizations:
         options = problem.expert_options(tp, cp, dp)
         assert problem.expert_option_count(tp, cp, dp) == len(options)
         checked += bool(options)

@@ -95,7 +95,7 @@ def test_the_launcher_rules_remove_what_their_frameworks_refuse():
     assert {o.zero for o in ds.state_options(4, 2)} <= {0, 1}  # pipeline engine: ZeRO 0/1
     assert 3 not in {o.zero for o in ds.state_options(8, 1)}  # 16 GPUs, dp 8: AutoTP 2, no ZeRO 3
     assert 3 in {o.zero for o in ds.state_options(16, 1)}
-    assert {f[2] for f in ds.factorizations} == {1} and {f[2] for f in free.factorizations} > {1}
+    assert {f.cp for f in ds.factorizations} == {1} and {f.cp for f in free.factorizations} > {1}
     assert {k.sequence_parallel for k in titan.layer_knobs(2, 1)} == {True}
     assert {k.sequence_parallel for k in ds.layer_knobs(2, 1)} == {False}
     assert {k.recompute for k in titan.layer_knobs(1, 1)} == {"none", "full"}

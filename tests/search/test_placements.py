@@ -15,7 +15,7 @@ from paraplan.step.build import plan_spans
 SYSTEMS = ("dgx-h800", "gb200-nvl72", "aws-p3.8xlarge", "gh200-96gb-quad")
 
 
-def _every_order(problem: SearchProblem, tp: int, pp: int, cp: int, dp: int) -> list:
+def _every_order(problem: SearchProblem, tp: int, cp: int, dp: int, pp: int) -> list:
     """The placements by costing every order: the first order of each distinct set of spans."""
     seen, out = set(), []
     for order in PLACEMENT_ORDERS:
@@ -40,6 +40,6 @@ def test_placements_equal_costing_every_order(system):
     for tp, pp, cp, dp in itertools.product(
         (1, 2, 3, 4, 8, 9, 16), (1, 2, 4, 8), (1, 2, 4), (1, 2, 8, 9, 18, 36, 144)
     ):
-        assert problem.placements(tp, pp, cp, dp) == _every_order(problem, tp, pp, cp, dp)
+        assert problem.placements(tp, cp, dp, pp) == _every_order(problem, tp, cp, dp, pp)
         checked += 1
     assert checked == 7 * 4 * 3 * 7

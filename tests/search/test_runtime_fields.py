@@ -50,7 +50,7 @@ def test_fast_equals_exhaustive_under_profile_knobs():
     assert all(
         p.plan.zero3_reduce_unit == "tensor" and p.plan.zero3_regather_recompute for p in fast.plans
     )
-    assert {cp for _, _, cp, _ in problem.factorizations} == {
+    assert {f.cp for f in problem.factorizations} == {
         1,
         2,
         4,

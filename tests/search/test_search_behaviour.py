@@ -196,7 +196,7 @@ def test_check_rejects_batch_below_minimum_dp(field):
     fields = dict(model="gpt3-125m", gpus=125, global_batch=None, max_global_batch=None)
     fields[field] = 16
     p = problem(**dict(BASE, **fields))
-    min_dp = min(f[3] for f in p.factorizations)
+    min_dp = min(f.dp for f in p.factorizations)
     assert 16 < min_dp
     with pytest.raises(InputError) as info:
         p.check()

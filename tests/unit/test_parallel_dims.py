@@ -3,6 +3,8 @@ and a row's plan takes its degrees and placement from it (ParallelDims.plan_fiel
 
 from __future__ import annotations
 
+import itertools
+
 from paraplan.catalog import load_model, load_system
 from paraplan.catalog.clusters import cluster_from_dict
 from paraplan.search.space import SearchProblem, grid, plan_of, rows
@@ -77,3 +79,41 @@ def test_the_array_form_of_the_degrees_names_the_placed_degrees():
     assert StageDims._fields == DIM_NAMES == ("tp", "cp", "dp", "pp")
     assert DEGREE_FIELDS == ("tp", "cp", "dp", "pp", "ep", "etp")
     assert DEGREE_FIELDS[: len(StageDims._fields)] == StageDims._fields
+
+
+def test_the_search_degree_tuples_read_as_parallel_dims():
+    """search.options.Factorization and search.bounds.blocks.Block hold the degrees under DIM_NAMES, in that order
+    (ParallelDims'), so ``ParallelDims(*f)`` reads a factorization and row_dims adds the expert option and the
+    placement label."""
+    from paraplan.search.bounds.blocks import Block
+    from paraplan.search.options import ExpertOption, Factorization, row_dims
+
+    assert Factorization._fields == DIM_NAMES == StageDims._fields
+    assert Block._fields[: len(DIM_NAMES)] == DIM_NAMES
+    degrees = Factorization(2, 1, 4, 8)
+    assert ParallelDims(*degrees) == ParallelDims(tp=2, cp=1, dp=4, pp=8)
+    expert = ExpertOption(ep=4, etp=1, dispatcher="alltoall", a2a_overlap=False)
+    assert row_dims(degrees, "dp-tp-cp-pp", expert) == ParallelDims(
+        tp=2, cp=1, dp=4, pp=8, ep=4, etp=1, placement_order=("dp", "tp", "cp", "pp")
+    )
+
+
+def test_the_canonical_order_nests_tp_pp_cp_not_the_fields_order():
+    """The space lists its factorizations tp outermost, then pp, then cp (space.factorizations' loops), not in
+    the fields' (tp, cp, dp, pp) order: sorting them as tuples would reorder the rows and the ties among equal
+    plans. The blocks (search.bounds.blocks) follow that list, their rows contiguous."""
+    from paraplan.search.bounds.blocks import blocks
+
+    problem = SearchProblem(
+        model=load_model("llama3-8b"),
+        system=load_system("dgx-h100-80gb"),
+        gpus=64,
+        seq_length=8192,
+        global_batch=128,
+    )
+    listed = problem.factorizations
+    assert listed == sorted(listed, key=lambda f: (f.tp, f.pp, f.cp)) != sorted(listed)
+    parts = blocks(problem)
+    degrees = list(dict.fromkeys((b.tp, b.cp, b.dp, b.pp) for b in parts))
+    assert degrees == [f for f in listed if f in set(degrees)] and len(degrees) > 10
+    assert [b.offset for b in parts] == [0, *itertools.accumulate(b.rows for b in parts[:-1])]

@@ -319,7 +319,7 @@ def search(
                     )
                 if phase == "block bounds" and done == 0 and total and total >= LARGE_BLOCKS:
                     print(
-                        f"note: a space this large is searched block by block ({total:,} blocks of tp, pp, cp, dp "
+                        f"note: a space this large is searched block by block ({total:,} blocks of tp, cp, dp, pp "
                         f"and micro-batch; seconds, ~2-4 s for the largest, split over --workers processes); "
                         f"{RESTRICT_HINT}",
                         file=sys.stderr,

@@ -44,7 +44,9 @@ by the uniform and the per-stage searches alike (searched_modes).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 from paraplan.specs.recompute import MODES, OP_SAC, offered_modes, stage_mode
 from paraplan.specs.rules import (
@@ -58,6 +60,9 @@ from paraplan.specs.rules import (
 from paraplan.specs.rules_moe import deepspeed_experts_rule, torchtitan_experts_rule
 from paraplan.specs.rules_stack import engine_zero_rule
 from paraplan.specs.split import default_first_last, grouped_split, stage_layer_counts
+
+if TYPE_CHECKING:
+    from paraplan.step.stage_links import StageSetting
 
 MEGATRON_CORE = "megatron-core"
 TORCHTITAN = "torchtitan"
@@ -221,7 +226,7 @@ def _expert_axis_violations(framework: str, name: str, problem) -> list[tuple[st
     return out
 
 
-def degrees_allowed(framework: str | None, tp: int, pp: int, cp: int, seq_length: int) -> bool:
+def degrees_allowed(framework: str | None, tp: int, cp: int, seq_length: int) -> bool:
     """DeepSpeed has no ring context parallelism (specs.rules.deepspeed_cp_rule); torchtitan needs seq
     divisible by tp·2·cp (specs.rules.torchtitan_sequence_rule)."""
     name = launcher(framework)
@@ -368,18 +373,16 @@ def fixed_split(framework: str | None, layers: int, pp: int) -> tuple[int, ...] 
     return tuple(stage_layer_counts(grouped_split(layers, pp, first, last)))
 
 
-def stage_plan_allowed(
-    framework: str | None, problem, stages: list[tuple[int, int, str, tuple[str, ...]]]
-) -> bool:
-    """Does the framework's launcher run a per-stage candidate: ``stages`` (tp, dp, recompute,
-    recompute_ops) of each pipeline stage, with ``problem``'s run-wide settings (a search.staged
-    HeteroProblem)? One tp, dp and recompute mode on every stage, no per-op recomputation that is no mode
-    (module doc; specs.recompute.stage_mode), and the uniform search's rules at those degrees:
-    recompute_allowed, schedule_allowed, degrees_allowed, state_allowed, layout_allowed,
-    sequence_parallel_allowed, tp_overlap_allowed."""
+def stage_plan_allowed(framework: str | None, problem, stages: Sequence[StageSetting]) -> bool:
+    """Does the framework's launcher run a per-stage candidate: ``stages`` the settings of each pipeline
+    stage (step.stage_links.StageSetting: its ``dims``' tp and dp, recompute, recompute_ops), with
+    ``problem``'s run-wide settings (a search.staged HeteroProblem)? One tp, dp and recompute mode on every
+    stage, no per-op recomputation that is no mode (module doc; specs.recompute.stage_mode), and the
+    uniform search's rules at those degrees: recompute_allowed, schedule_allowed, degrees_allowed,
+    state_allowed, layout_allowed, sequence_parallel_allowed, tp_overlap_allowed."""
     if not restricted(framework):
         return True
-    stated = {(tp, dp, stage_mode(recompute, ops)) for tp, dp, recompute, ops in stages}
+    stated = {(s.dims.tp, s.dims.dp, stage_mode(s.recompute, s.recompute_ops)) for s in stages}
     if len(stated) > 1:
         return False
     (tp, _, mode), pp, sp = stated.pop(), len(stages), problem.sequence_parallel
@@ -389,7 +392,7 @@ def stage_plan_allowed(
     return (
         recompute_allowed(framework, mode)
         and schedule_allowed(framework, problem.schedule)
-        and degrees_allowed(framework, tp, pp, 1, problem.seq_length)
+        and degrees_allowed(framework, tp, 1, problem.seq_length)
         and state_allowed(
             framework,
             problem.zero,

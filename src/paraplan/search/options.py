@@ -105,12 +105,15 @@ class GridOption(NamedTuple):
 
 
 class Factorization(NamedTuple):
-    """Degrees tp·pp·cp·dp = gpus of the space (SearchProblem.factorizations), in the canonical order's nesting."""
+    """Degrees tp·cp·dp·pp = gpus of the space (SearchProblem.factorizations): ParallelDims' placed degrees, under
+    their names and in their order (specs.parallel.DIM_NAMES; tests/unit/test_parallel_dims.py checks), so
+    ``ParallelDims(*f)`` reads them. The space lists them nested tp, then pp, then cp (its canonical order), which is
+    not this field order: nothing sorts them as tuples."""
 
     tp: int
-    pp: int
     cp: int
     dp: int
+    pp: int
 
 
 class BatchOption(NamedTuple):
@@ -147,11 +150,9 @@ class Row:
         return self.global_batch // (self.dims.dp * self.micro_batch)
 
 
-def row_dims(
-    tp: int, pp: int, cp: int, dp: int, placement: str, expert: ExpertOption
-) -> ParallelDims:
-    """The ParallelDims of a row: its (tp, pp, cp, dp) factorization, placement label and expert option."""
-    return ParallelDims(tp, cp, dp, pp, expert.ep, expert.etp, parse_placement(placement))
+def row_dims(degrees: Factorization, placement: str, expert: ExpertOption) -> ParallelDims:
+    """The ParallelDims of a row: its (tp, cp, dp, pp) factorization, placement label and expert option."""
+    return ParallelDims(*degrees, expert.ep, expert.etp, parse_placement(placement))
 
 
 # the plan fields a row sets under their own names besides its degrees (plan_of: those come from
@@ -165,13 +166,13 @@ ROW_FIELDS = tuple(
 
 def rows(problem):
     """Yield every row of the canonical space, in canonical order."""
-    for tp, pp, cp, dp in problem.factorizations:
-        placements = problem.placements(tp, pp, cp, dp)
-        for mb, gb in problem.micro_batches(dp):
+    for degrees in problem.factorizations:
+        placements = problem.placements(*degrees)
+        for mb, gb in problem.micro_batches(degrees.dp):
             for placement, spans in placements:
-                for knob in problem.layer_knobs(tp, cp):
-                    for expert in problem.expert_options(tp, cp, dp):
-                        dims = row_dims(tp, pp, cp, dp, placement, expert)
+                for knob in problem.layer_knobs(degrees.tp, degrees.cp):
+                    for expert in problem.expert_options(degrees.tp, degrees.cp, degrees.dp):
+                        dims = row_dims(degrees, placement, expert)
                         yield Row(dims, spans, mb, gb, *knob, expert.dispatcher, expert.a2a_overlap)
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from paraplan.cost.group_spans import stage_spans
+from paraplan.specs.parallel import DIM_NAMES
 
 
 def varying_rows(columns: dict[str, np.ndarray], tiles: np.ndarray, domain: int) -> np.ndarray:
@@ -21,7 +22,7 @@ def varying_rows(columns: dict[str, np.ndarray], tiles: np.ndarray, domain: int)
     rows = np.flatnonzero(~tiles)
     if not rows.size:
         return out
-    keys = np.stack([columns[n][rows] for n in ("tp", "cp", "dp", "pp")], axis=1)
+    keys = np.stack([columns[n][rows] for n in DIM_NAMES], axis=1)
     distinct, which = np.unique(keys, axis=0, return_inverse=True)
     varies = np.array(
         [

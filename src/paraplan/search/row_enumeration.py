@@ -286,11 +286,11 @@ class RowEnumeration:
     def _factorization(self, factorization: Factorization) -> None:
         """Intern the entries of one factorization's rows and append their columns (micro-batch, placement, knob)."""
         problem, costings = self.problem, self.costings
-        tp, pp, cp, dp = factorization.tp, factorization.pp, factorization.cp, factorization.dp
+        tp, cp, dp, pp = factorization
         knobs = self._knobs(tp, cp, dp)
         if knobs is None:
             return
-        placements = problem.placements(tp, pp, cp, dp)
+        placements = problem.placements(tp, cp, dp, pp)
         pids = [costings.intern("placement", name, _placement_name, name) for name, _ in placements]
         group_of = np.array(
             [

@@ -145,8 +145,8 @@ def _by_blocks(problem: SearchProblem) -> bool:
     if problem.model.is_moe:
         return True
     total = 0
-    for tp, pp, cp, dp in problem.factorizations:
-        total += rows_per_micro_batch(problem, tp, pp, cp, dp) * len(problem.micro_batches(dp))
+    for degrees in problem.factorizations:
+        total += rows_per_micro_batch(problem, *degrees) * len(problem.micro_batches(degrees.dp))
         if total > BLOCK_ROWS:
             return True
     return False

@@ -1,6 +1,6 @@
 """The space of plans a search covers, in a canonical order shared by every search path.
 
-A candidate is (tp, pp, cp, dp, placement) × (micro_batch, sequence_parallel, recompute,
+A candidate is (tp, cp, dp, pp, placement) × (micro_batch, sequence_parallel, recompute,
 overlap_tp_comm) × (vpp/schedule/split, zero, overlap_dp_grad_reduce, overlap_param_gather, offloads).
 The first two levels form a *row*: everything that sets the per-layer costs. The last level is
 the row's *grid*: knobs that only enter the step composition and the memory sum, evaluated for
@@ -42,7 +42,7 @@ from paraplan.search.options import rows as _rows
 from paraplan.specs.errors import InputError, Violation
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.moe_plan import SEARCH_DISPATCHERS
-from paraplan.specs.parallel import DEFAULT_PLACEMENT, ParallelDims, placement_label
+from paraplan.specs.parallel import DEFAULT_PLACEMENT, DIM_NAMES, ParallelDims, placement_label
 from paraplan.specs.plan import RuntimeFields
 from paraplan.specs.rules import (
     cp_rule,
@@ -99,14 +99,14 @@ def distinct_orders(
     clipped: tuple[int, int, int, int], system: SystemSpec, vary: bool, default_key=None
 ) -> tuple[tuple[str, ...], ...]:
     """The placement orders with distinct spans, the first order of each (``vary`` False: the default order alone),
-    for degrees (tp, pp, cp, dp) whose min(degree, D) are ``clipped``, D the system's GPUs per NVLink domain. Which
-    orders span alike depends on those alone, so they are costed on the clipped degrees: the orders of one
-    factorization share every group's size, so they differ only in members per domain, which cost.comm._span_of reads
-    from min(size, D) and from the strides below D (a stride is a product of degrees, below D exactly when the product
-    of their clipped values is, and then equal to it); the expert span reads no order. Orders equal without their
-    degree-1 dimensions change no stride and are not costed. ``default_key``: the default order's key where its tp and
-    cp groups straddle (step.build.default_order_key), None elsewhere."""
-    sizes = dict(zip(("tp", "pp", "cp", "dp"), clipped))
+    for degrees (tp, cp, dp, pp: DIM_NAMES' order) whose min(degree, D) are ``clipped``, D the system's GPUs per
+    NVLink domain. Which orders span alike depends on those alone, so they are costed on the clipped degrees: the
+    orders of one factorization share every group's size, so they differ only in members per domain, which
+    cost.comm._span_of reads from min(size, D) and from the strides below D (a stride is a product of degrees, below D
+    exactly when the product of their clipped values is, and then equal to it); the expert span reads no order.
+    Orders equal without their degree-1 dimensions change no stride and are not costed. ``default_key``: the default
+    order's key where its tp and cp groups straddle (step.build.default_order_key), None elsewhere."""
+    sizes = dict(zip(DIM_NAMES, clipped))
     seen, tried, out = set(), set(), []
     for order in PLACEMENT_ORDERS if vary else PLACEMENT_ORDERS[:1]:
         effective = tuple(name for name in order if sizes[name] > 1)
@@ -233,9 +233,10 @@ class SearchProblem(GridAxes):
     # ---- level 1: degrees and placement -------------------------------------------------------
     @cached_property
     def factorizations(self) -> list[Factorization]:
-        """Every (tp, pp, cp, dp) with tp·pp·cp·dp = gpus that the model's shape allows (pp need not
+        """Every (tp, cp, dp, pp) with tp·cp·dp·pp = gpus that the model's shape allows (pp need not
         divide the layers: uneven splits follow step.schedules.layers_on_stage) and the stack's training loop
-        runs (specs.rules_stack.stack_parallelism_rules, the estimator's rule)."""
+        runs (specs.rules_stack.stack_parallelism_rules, the estimator's rule), in the canonical order: tp
+        outermost, then pp, then cp, each ascending (not the fields' order)."""
         m = self.model
         out = []
         for tp in _divisors(self.gpus):
@@ -253,20 +254,21 @@ class SearchProblem(GridAxes):
                         continue
                     if ulysses_rule(m, tp, cp, self.runtime.cp_algorithm):
                         continue
-                    if not launch.degrees_allowed(self.framework, tp, pp, cp, self.seq_length):
+                    if not launch.degrees_allowed(self.framework, tp, cp, self.seq_length):
                         continue
                     dp = self.gpus // (tp * pp * cp)
-                    if stack_parallelism_rules(self.stack_runs, ParallelDims(tp, cp, dp, pp)):
+                    degrees = Factorization(tp, cp, dp, pp)
+                    if stack_parallelism_rules(self.stack_runs, ParallelDims(*degrees)):
                         continue
-                    out.append(Factorization(tp, pp, cp, dp))
+                    out.append(degrees)
         return out
 
     def placements(
-        self, tp: int, pp: int, cp: int, dp: int
+        self, tp: int, cp: int, dp: int, pp: int
     ) -> list[tuple[str, dict[str, GroupSpan]]]:
         """Placement orders with distinct network spans for these degrees (first order wins; distinct_orders), with
         the spans of each (the default order's from ``_orders``)."""
-        orders, spans = self._orders(tp, pp, cp, dp)
+        orders, spans = self._orders(tp, cp, dp, pp)
         return [
             (
                 placement_label(order),
@@ -277,13 +279,13 @@ class SearchProblem(GridAxes):
             for order in orders
         ]
 
-    def placement_count(self, tp: int, pp: int, cp: int, dp: int) -> int:
-        """len(placements(tp, pp, cp, dp)), without costing the spans."""
-        return len(self._orders(tp, pp, cp, dp)[0])
+    def placement_count(self, tp: int, cp: int, dp: int, pp: int) -> int:
+        """len(placements(tp, cp, dp, pp)), without costing the spans."""
+        return len(self._orders(tp, cp, dp, pp)[0])
 
-    def _orders(self, tp: int, pp: int, cp: int, dp: int) -> tuple[tuple, dict[str, GroupSpan]]:
+    def _orders(self, tp: int, cp: int, dp: int, pp: int) -> tuple[tuple, dict[str, GroupSpan]]:
         """(distinct_orders, default-order plan_spans), memoised: search.run._by_blocks asks too."""
-        memo, key = self._memo.setdefault("orders", {}), (tp, pp, cp, dp)
+        memo, key = self._memo.setdefault("orders", {}), (tp, cp, dp, pp)
         if key not in memo:
             clipped = tuple(min(n, self.system.node.gpus_per_domain) for n in key)
             vary = launch.placement_varied(self.framework, self.vary_placement)
@@ -396,8 +398,8 @@ class SearchProblem(GridAxes):
                         "needs a mixture-of-experts model (dense models use 1)"
                     )
             return
-        if not any(self.expert_options(tp, cp, dp) for tp, _, cp, dp in factorizations):
-            tp, _, cp, dp = factorizations[0]
+        if not any(self.expert_options(f.tp, f.cp, f.dp) for f in factorizations):
+            tp, cp, dp, _ = factorizations[0]
             ep, etp = (self.ep or (1,))[0], (self.etp or (1,))[0]
             rules = expert_degree_rules(self.model, ParallelDims(tp, cp, dp, ep=ep, etp=etp))
             dispatchers = [
@@ -487,10 +489,10 @@ class SearchProblem(GridAxes):
 rows = _rows  # the rows of the canonical space (search.options.rows)
 
 
-def rows_per_micro_batch(problem: SearchProblem, tp: int, pp: int, cp: int, dp: int) -> int:
+def rows_per_micro_batch(problem: SearchProblem, tp: int, cp: int, dp: int, pp: int) -> int:
     """Rows of one factorization at one micro-batch: placements × layer knobs × expert options (space.rows)."""
     return (
-        problem.placement_count(tp, pp, cp, dp)
+        problem.placement_count(tp, cp, dp, pp)
         * len(problem.layer_knobs(tp, cp))
         * problem.expert_option_count(tp, cp, dp)
     )

@@ -27,7 +27,7 @@ from paraplan.search.columns import (
     grid_arrays,
     plan_columns,
 )
-from paraplan.search.options import ExpertOption, row_dims
+from paraplan.search.options import ExpertOption, Factorization, row_dims
 from paraplan.search.order_floors import order_computes
 from paraplan.search.position_blocks import position_keys, varying_rows
 from paraplan.search.row_enumeration import RowEnumeration
@@ -168,10 +168,7 @@ class RowTable:
         expert = ExpertOption(*self.expert_choices[c["expert"][i]])
         return Row(
             row_dims(
-                int(c["tp"][i]),
-                int(c["pp"][i]),
-                int(c["cp"][i]),
-                int(c["dp"][i]),
+                Factorization(*(int(c[name][i]) for name in Factorization._fields)),
                 self.placement_names[c["placement"][i]],
                 expert,
             ),
@@ -227,7 +224,7 @@ class RowTable:
         if tiles.all():
             return inp
         c, system = self.columns, self.problem.system
-        dims = StageDims(*(c[name][index] for name in ("tp", "cp", "dp", "pp")))
+        dims = StageDims(*(c[name][index] for name in StageDims._fields))
         varies = self._varies[index].any()  # search.position_blocks
         return placed_stage_inputs(
             inp, split, links, system, dims, ~tiles, entries_at if varies else None

@@ -1,6 +1,6 @@
 """The canonical space in blocks, each with an admissible bound, for spaces too large for one row table.
 
-A *block* is one (tp, pp, cp, dp) factorization at one micro-batch size: its rows are contiguous in
+A *block* is one (tp, cp, dp, pp) factorization at one micro-batch size: its rows are contiguous in
 the canonical order (space.rows: factorization, micro-batch, placement, layer knobs, expert options),
 so a block is a range [offset, offset + rows) of the row numbers and its own row table
 (search.table.RowTable on the problem restricted to the block's degrees and micro-batch) lists
@@ -89,13 +89,14 @@ from paraplan.step.schedules import least_in_flight_microbatches
 
 
 class Block(NamedTuple):
-    """One (tp, pp, cp, dp) factorization at one micro-batch: rows [offset, offset + rows) of the space (a NamedTuple:
-    a search enumerates thousands before it forks, search.run._search_blocks)."""
+    """One (tp, cp, dp, pp) factorization (search.options.Factorization's fields) at one micro-batch: rows
+    [offset, offset + rows) of the space (a NamedTuple: a search enumerates thousands before it forks,
+    search.run._search_blocks)."""
 
     tp: int
-    pp: int
     cp: int
     dp: int
+    pp: int
     micro_batch: int
     global_batch: int
     offset: int
@@ -117,8 +118,8 @@ def blocks(problem: SearchProblem) -> list[Block]:
     """Every non-empty block of the space, in canonical order, with its row offset and sizes."""
     out, offset = [], 0
     states = {}
-    for tp, pp, cp, dp in problem.factorizations:
-        per_batch = rows_per_micro_batch(problem, tp, pp, cp, dp)
+    for tp, cp, dp, pp in problem.factorizations:
+        per_batch = rows_per_micro_batch(problem, tp, cp, dp, pp)
         if not per_batch:
             continue
         if (dp * cp, pp) not in states:
@@ -128,7 +129,7 @@ def blocks(problem: SearchProblem) -> list[Block]:
         for mb, gb in problem.micro_batches(dp):
             m = gb // (dp * mb)
             grid = len(problem.schedule_options(pp, m)) * states[dp * cp, pp]
-            out.append(Block(tp, pp, cp, dp, mb, gb, offset, per_batch, per_batch * grid))
+            out.append(Block(tp, cp, dp, pp, mb, gb, offset, per_batch, per_batch * grid))
             offset += per_batch
     return out
 
@@ -208,7 +209,7 @@ def costing_class(problem: SearchProblem, block: Block) -> tuple:
 
 def block_span_pairs(problem: SearchProblem, block: Block) -> tuple[tuple, ...]:
     """The distinct (tp span, cp span) of the block's placements: the spans its layer costings read."""
-    spans = problem.placements(block.tp, block.pp, block.cp, block.dp)
+    spans = problem.placements(block.tp, block.cp, block.dp, block.pp)
     return tuple(dict.fromkeys((s["tp"], s["cp"]) for _, s in spans))
 
 
@@ -323,9 +324,9 @@ def refined_bound(
         degrees = (
             "spans",
             block.tp,
-            block.pp,
             block.cp,
             block.dp,
+            block.pp,
         )  # the span pairs of every micro-batch's block
         if degrees not in cache:
             cache[degrees] = block_span_pairs(problem, block)

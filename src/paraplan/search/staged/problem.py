@@ -164,5 +164,4 @@ def launchable(problem: HeteroProblem, settings: list[StageSetting]) -> bool:
     stacks of the pools their tensor and data parallelism (_stack_refusals, the per-stage check's rule)?"""
     if any(_stack_refusals(problem, ParallelDims(tp=s.dims.tp, dp=s.dims.dp)) for s in settings):
         return False
-    stages = [(s.dims.tp, s.dims.dp, s.recompute, tuple(s.recompute_ops)) for s in settings]
-    return launch.stage_plan_allowed(problem.framework, problem, stages)
+    return launch.stage_plan_allowed(problem.framework, problem, settings)
