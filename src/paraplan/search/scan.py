@@ -220,9 +220,8 @@ class Ahead:
         self.sizes = options.group_size[rows[self.at]]
         self.place = np.full(len(rows), -1, dtype=np.int64)
         self.place[self.at] = np.arange(len(self.at))
-        self.first = (
-            np.cumsum(self.sizes) - self.sizes
-        )  # each one's first candidate in the flat output
+        # each one's first candidate in the flat output
+        self.first = np.cumsum(self.sizes) - self.sizes
         self.slab, self.done, self.values = max(slab, 1), 0, None
         if not self.lazy and self.at.size:
             self._evaluate_through(len(self.at) - 1)
@@ -244,7 +243,11 @@ class Ahead:
         else:
             kept, values = evaluate_kept_groups(self.table, self.options, rows, starts, self.keep)
         places = np.arange(begin, stop)[kept]
-        if places.size:
+        if kept.all() and stop - begin == len(
+            self.at
+        ):  # the chunk's groups in one call, every one kept
+            self.values = values
+        elif places.size:
             if self.values is None:
                 total = int(self.sizes.sum())
                 self.values = tuple(np.empty(total, dtype=v.dtype) for v in values)
