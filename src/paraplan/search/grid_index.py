@@ -156,26 +156,22 @@ def evaluate_kept_groups(
     first (compose_step_time_s, the tail included), then ``keep(rows, least)`` (a bool per group) of each group's
     least step over its candidates — a floor of every candidate's step that is one of them, so a group whose least
     step cannot enter the top K has no candidate that can (issue 31: DeepSeek-V3 over every axis, a pp-2 block's
-    groups whose pipeline bound is within the threshold and whose data-parallel tail puts them out). Where the kept
-    groups hold at most half the candidates their memory is priced on their own inputs, built again (the one
-    build costs less than the memory of the rest: DeepSeek-V3's inputs, per call, cost most), else on these and the
-    kept candidates' values taken; each value elementwise, the same bits either way."""
+    groups whose pipeline bound is within the threshold and whose data-parallel tail puts them out). The memory is
+    priced on the same inputs and the kept candidates' values taken (each value elementwise: the same bits); the
+    dropped ones never reach the scan (search.scan.Ahead.priced)."""
     groups = _GroupInputs(table, options, rows, starts)
     step = compose_step_time_s(groups.inp)
     full = np.broadcast_to(step, groups.shape)
     # fmin: a NaN step (never within a threshold) does not hide its group's other candidates
     least = np.fmin.reduce(full.reshape((-1, len(rows))), axis=0)
     kept = np.asarray(keep(rows, least), dtype=bool)
-    if kept.all():
-        return kept, groups.priced(step)
     if not kept.any():
         return kept, tuple(np.empty(0) for _ in range(3))
+    values = groups.priced(step)
+    if kept.all():
+        return kept, values
     chosen = np.repeat(kept, options.group_size[rows])
-    if 2 * chosen.sum() > len(chosen):
-        return kept, tuple(v[chosen] for v in groups.priced(step))
-    # a kept group's state options are the first of the T: those of the fewer the kept groups have
-    rest = _GroupInputs(table, options, rows[kept], starts[kept])
-    return kept, rest.priced(full[: rest.shape[0], ..., kept])
+    return kept, tuple(v[chosen] for v in values)
 
 
 class _GroupInputs:
