@@ -69,9 +69,9 @@ def scan_rows(problem, table, options, scan, scan_all, feasible_sink, progress) 
             ranking.within(group_bound, scan.threshold),
             by_bound if lazy else None,
             FIRST_SLAB_CANDIDATES,
-            # a group's least step (its tail included) prunes it before its memory is priced; not where every
-            # evaluated candidate is handed on
-            scan.may_enter if scan.evaluated_sink is None else None,
+            # a group's least step (its tail included) prunes it before the scan (what the sink is handed: the
+            # candidates evaluated)
+            scan.may_enter,
         )
         for batch in _bounded_batches(group_bound, options.group_size[group_row], scan, by_bound):
             batch = ahead.priced(batch)
