@@ -145,33 +145,76 @@ def evaluate_groups(table: RowTable, options: GridIndex, rows: np.ndarray, start
     The groups are the last (contiguous) axis: an operation that broadcasts a (T, 1, G) array against a
     (1, O, G) one runs numpy's inner loop over the G groups, not over the few offload options. Every function
     on the way is elementwise: each candidate's value is the one ``estimate`` computes, bit for bit."""
-    n_o, axes = options.offload_count, options.offload_axes
-    states = options.group_size[rows] // n_o
-    n_t, n_g, inner = int(states.max()), len(rows), (1,) * len(axes)
-    first = options.offset[rows] + starts  # option (state 0, offload 0) of each group
-    state_at = first[None, :] + np.minimum(np.arange(n_t)[:, None], states[None, :] - 1) * n_o
-    offload_at = first[None, :] + np.arange(n_o)[:, None]
-    values = {}
-    for f, v in options.table.items():
-        if f in SCHEDULE_FIELDS:
-            values[f] = v[first].reshape((1, *inner, n_g))
-        elif f in STATE_FIELDS:  # (T, 1, .., 1) where every group has the same state options
-            values[f] = _constant_groups_dropped(v[state_at].reshape((n_t, *inner, n_g)))
-        else:
-            values[f] = _constant_axes_dropped(v[offload_at].reshape((1, *axes, n_g)))
-    inp = table.inputs(rows.reshape((1, *inner, n_g)), values)
-    shape = (n_t, *axes, n_g)
-    step = compose_step_time_s(inp)
-    zero = values["zero"]
-    stages, at = _zero_stages(zero)
-    peaks = _stage_peaks(inp, stages)
-    if (states == n_t).all():  # every group has T state options: none repeated
-        if zero.shape[-1] == 1:  # the same stages along axis 0 in every group
-            return (_flat(step, shape), *(_flat_taken(v, at[..., 0].ravel(), shape) for v in peaks))
-        return tuple(_flat(v, shape) for v in (step, *_taken(peaks, at)))
-    kept = np.arange(n_t)[None, :] < states[:, None]  # (G, T): a group's own state options
-    valid = np.broadcast_to(kept.reshape((n_g, n_t, *inner)), (n_g, n_t, *axes))
-    return tuple(_flat(v, shape, valid) for v in (step, *_taken(peaks, at)))
+    groups = _GroupInputs(table, options, rows, starts)
+    return groups.priced(compose_step_time_s(groups.inp))
+
+
+def evaluate_kept_groups(
+    table: RowTable, options: GridIndex, rows: np.ndarray, starts: np.ndarray, keep
+) -> tuple[np.ndarray, tuple]:
+    """(the groups kept, evaluate_groups' (step, peak, host) of the kept groups' candidates): the groups' steps
+    first (compose_step_time_s, the tail included), then ``keep(rows, least)`` (a bool per group) of each group's
+    least step over its candidates — a floor of every candidate's step that is one of them, so a group whose least
+    step cannot enter the top K has no candidate that can (issue 31: DeepSeek-V3 over every axis, a pp-2 block's
+    groups whose pipeline bound is within the threshold and whose data-parallel tail puts them out). The memory is
+    priced on the same inputs and the kept candidates' values taken (each value elementwise: the same bits); the
+    dropped ones never reach the scan (search.scan.Ahead.priced)."""
+    groups = _GroupInputs(table, options, rows, starts)
+    step = compose_step_time_s(groups.inp)
+    full = np.broadcast_to(step, groups.shape)
+    # fmin: a NaN step (never within a threshold) does not hide its group's other candidates
+    least = np.fmin.reduce(full.reshape((-1, len(rows))), axis=0)
+    kept = np.asarray(keep(rows, least), dtype=bool)
+    if not kept.any():
+        return kept, tuple(np.empty(0) for _ in range(3))
+    values = groups.priced(step)
+    if kept.all():
+        return kept, values
+    chosen = np.repeat(kept, options.group_size[rows])
+    return kept, tuple(v[chosen] for v in values)
+
+
+class _GroupInputs:
+    """The StepInputs of option groups as evaluate_groups broadcasts them (its docstring): ``inp`` on the (T,
+    *offload axes, G) layout, ``values`` its grid fields, ``shape`` that layout, ``states`` each group's count of
+    state options."""
+
+    def __init__(self, table: RowTable, options: GridIndex, rows: np.ndarray, starts: np.ndarray):
+        n_o, axes = options.offload_count, options.offload_axes
+        states = options.group_size[rows] // n_o
+        n_t, n_g, inner = int(states.max()), len(rows), (1,) * len(axes)
+        first = options.offset[rows] + starts  # option (state 0, offload 0) of each group
+        state_at = first[None, :] + np.minimum(np.arange(n_t)[:, None], states[None, :] - 1) * n_o
+        offload_at = first[None, :] + np.arange(n_o)[:, None]
+        values = {}
+        for f, v in options.table.items():
+            if f in SCHEDULE_FIELDS:
+                values[f] = v[first].reshape((1, *inner, n_g))
+            elif f in STATE_FIELDS:  # (T, 1, .., 1) where every group has the same state options
+                values[f] = _constant_groups_dropped(v[state_at].reshape((n_t, *inner, n_g)))
+            else:
+                values[f] = _constant_axes_dropped(v[offload_at].reshape((1, *axes, n_g)))
+        self.inp = table.inputs(rows.reshape((1, *inner, n_g)), values)
+        self.values, self.states, self.shape = values, states, (n_t, *axes, n_g)
+
+    def priced(self, step) -> tuple:
+        """(step, HBM peak, host memory) flat in ``expand`` order, of ``step`` (compose_step_time_s of ``inp``)."""
+        inp, shape, states = self.inp, self.shape, self.states
+        n_t, n_g, axes = shape[0], shape[-1], shape[1:-1]
+        zero = self.values["zero"]
+        stages, at = _zero_stages(zero)
+        peaks = _stage_peaks(inp, stages)
+        if (states == n_t).all():  # every group has T state options: none repeated
+            if zero.shape[-1] == 1:  # the same stages along axis 0 in every group
+                return (
+                    _flat(step, shape),
+                    *(_flat_taken(v, at[..., 0].ravel(), shape) for v in peaks),
+                )
+            return tuple(_flat(v, shape) for v in (step, *_taken(peaks, at)))
+        kept = np.arange(n_t)[None, :] < states[:, None]  # (G, T): a group's own state options
+        inner = (1,) * len(axes)
+        valid = np.broadcast_to(kept.reshape((n_g, n_t, *inner)), (n_g, n_t, *axes))
+        return tuple(_flat(v, shape, valid) for v in (step, *_taken(peaks, at)))
 
 
 def _constant_groups_dropped(value: np.ndarray) -> np.ndarray:

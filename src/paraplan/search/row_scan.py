@@ -57,10 +57,7 @@ def scan_rows(problem, table, options, scan, scan_all, feasible_sink, progress) 
         # candidate's gradient terms and the others'); only groups whose bound can still enter the top K
         # are evaluated
         reps = table.inputs(group_row, options.values(group_row, group_start))
-        tokens = scan.tokens_row[group_row]
-        group_bound = objective_value(
-            problem, pipeline_bound_s(reps), tokens, scan.flops_per_token * tokens, scan.peak_flops
-        )
+        group_bound = scan.objective(pipeline_bound_s(reps), group_row)
         by_bound = np.lexsort((np.arange(len(group_bound)), group_bound))
         # no top K yet: most of the chunk's groups fall out after its first batches (Ahead's slabs)
         lazy = not np.isfinite(scan.threshold)
@@ -72,8 +69,12 @@ def scan_rows(problem, table, options, scan, scan_all, feasible_sink, progress) 
             ranking.within(group_bound, scan.threshold),
             by_bound if lazy else None,
             FIRST_SLAB_CANDIDATES,
+            # a group's least step (its tail included) prunes it before the scan (what the sink is handed: the
+            # candidates evaluated)
+            scan.may_enter,
         )
         for batch in _bounded_batches(group_bound, options.group_size[group_row], scan, by_bound):
+            batch = ahead.priced(batch)
             scan.evaluate(
                 options, group_row[batch], group_start[batch], scan.evaluated_sink, ahead.of(batch)
             )

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from paraplan.search import ranking
-from paraplan.search.grid_index import GridIndex, evaluate_groups, expand
+from paraplan.search.grid_index import GridIndex, evaluate_groups, evaluate_kept_groups, expand
 from paraplan.search.result import FasterMiss, NearestMiss, PoolItem, objective_value, trim_pool
 from paraplan.search.table import RowTable, feasible_columns
 from paraplan.specs.rules import host_capacity_bytes
@@ -76,6 +76,20 @@ class Scan:
             out.append(item._replace(r=r + self.offset))
         return out
 
+    def objective(self, step_s: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """The objective (search.result.objective_value) of candidates of the table's ``rows`` at step times
+        ``step_s``."""
+        tokens = self.tokens_row[rows]
+        return objective_value(
+            self.problem, step_s, tokens, self.flops_per_token * tokens, self.peak_flops
+        )
+
+    def may_enter(self, rows: np.ndarray, step_s: np.ndarray) -> np.ndarray:
+        """Whether candidates of ``rows`` at step times ``step_s`` may still tie or beat the K-th group (the
+        objective is non-decreasing in the step time, so a group whose least step may not has no candidate that
+        may): evaluate_kept_groups' ``keep``."""
+        return ranking.within(self.objective(step_s, rows), self.threshold)
+
     def evaluate(
         self,
         options: "GridIndex",
@@ -95,9 +109,7 @@ class Scan:
             evaluate_groups(self.table, options, rows, starts) if evaluated is None else evaluated
         )
         tokens = self.tokens_row[index]
-        obj = objective_value(
-            self.problem, step, tokens, self.flops_per_token * tokens, self.peak_flops
-        )
+        obj = self.objective(step, index)
         fits = (peak <= self.capacity) & (host <= self.host_capacity)
         self.evaluated += len(index)
         self.feasible += int(fits.sum())
@@ -182,7 +194,11 @@ class Ahead:
     evaluated a slab at a time instead, each slab the next groups of ``order`` up to those a batch asks for and at
     least ``slab`` candidates: the first chunk of a scan starts with no top K (an infinite threshold), so every group
     is within it, and most of them fall out once its first batches have found K groups (DeepSeek-V3 over every axis:
-    37,488 of the first chunk's 110,880 candidates were scanned)."""
+    37,488 of the first chunk's 110,880 candidates were scanned).
+
+    With ``keep`` (Scan.may_enter) the groups' steps are priced first and a group whose least step may not enter the
+    top K when it is priced is dropped before its memory is (evaluate_kept_groups): ``priced`` takes it out of the
+    batches, as a group bound would (the threshold only falls)."""
 
     def __init__(
         self,
@@ -193,30 +209,22 @@ class Ahead:
         chosen,
         order: np.ndarray | None = None,
         slab: int = 0,
+        keep=None,
     ):
         self.table, self.options, self.rows, self.starts = table, options, rows, starts
-        self.lazy = order is not None
-        self.at = np.flatnonzero(chosen)  # the chunk's groups evaluated, in chunk order
+        self.lazy, self.keep = order is not None, keep
+        self.dropped = np.zeros(len(rows), dtype=bool)  # the groups ``keep`` dropped
         self.position = np.full(len(rows), -1, dtype=np.int64)  # each group's place among them
+        # the chunk's groups evaluated (in chunk order, or lazily in ``order``) and each one's place among them
+        self.at = np.flatnonzero(chosen) if order is None else order[np.asarray(chosen)[order]]
         self.sizes = options.group_size[rows[self.at]]
-        if order is None:
-            self.position[self.at] = np.arange(len(self.at))
-            self.first = (
-                np.cumsum(self.sizes) - self.sizes
-            )  # each one's first candidate in the flat output
-            self.values = (
-                evaluate_groups(table, options, rows[self.at], starts[self.at])
-                if self.at.size
-                else ()
-            )
-            return
-        # lazily, in ``order``: the chosen groups in that order; each one's first candidate once evaluated
-        self.at = order[np.asarray(chosen)[order]]
-        self.sizes = options.group_size[rows[self.at]]
-        self.place = np.full(len(rows), -1, dtype=np.int64)  # each chosen group's place in ``at``
+        self.place = np.full(len(rows), -1, dtype=np.int64)
         self.place[self.at] = np.arange(len(self.at))
+        # each one's first candidate in the flat output
         self.first = np.cumsum(self.sizes) - self.sizes
         self.slab, self.done, self.values = max(slab, 1), 0, None
+        if not self.lazy and self.at.size:
+            self._evaluate_through(len(self.at) - 1)
 
     def _evaluate_through(self, last: int) -> None:
         """Evaluate the groups of ``at`` from the first not evaluated through ``last`` and on to at least ``slab``
@@ -228,30 +236,50 @@ class Ahead:
         )
         stop = min(stop, len(self.at))
         groups = self.at[begin:stop]
-        values = evaluate_groups(self.table, self.options, self.rows[groups], self.starts[groups])
-        if self.values is None:
-            total = int(self.sizes.sum())
-            self.values = tuple(np.empty(total, dtype=v.dtype) for v in values)
-        low, high = self.first[begin], self.first[stop - 1] + self.sizes[stop - 1]
-        for store, v in zip(self.values, values):
-            store[low:high] = v
-        self.position[groups] = np.arange(begin, stop)
+        rows, starts = self.rows[groups], self.starts[groups]
+        if self.keep is None:
+            kept = np.ones(len(groups), dtype=bool)
+            values = evaluate_groups(self.table, self.options, rows, starts)
+        else:
+            kept, values = evaluate_kept_groups(self.table, self.options, rows, starts, self.keep)
+        places = np.arange(begin, stop)[kept]
+        if kept.all() and stop - begin == len(
+            self.at
+        ):  # the chunk's groups in one call, every one kept
+            self.values = values
+        elif places.size:
+            if self.values is None:
+                total = int(self.sizes.sum())
+                self.values = tuple(np.empty(total, dtype=v.dtype) for v in values)
+            if kept.all():  # the slab's candidates in one run of the flat output
+                low, high = self.first[begin], self.first[stop - 1] + self.sizes[stop - 1]
+                flat = slice(low, high)
+            else:
+                _, flat = expand(places, self.first[places], self.sizes[places])
+            for store, v in zip(self.values, values):
+                store[flat] = v
+        self.position[groups[kept]] = places
+        self.dropped[groups[~kept]] = True
         self.done = stop
 
-    def of(self, batch: np.ndarray) -> tuple | None:
-        """(step, peak, host) of the candidates of the chunk's groups ``batch`` (all evaluated here), flat in
-        ``expand`` order; None for no group (Scan.evaluate has nothing to do)."""
-        if not len(batch):
-            return None
-        if self.lazy and (self.values is None or (self.position[batch] < 0).any()):
-            wanted = self.place[batch]
-            assert (wanted >= 0).all(), (
-                "a batch's groups are within the threshold the chunk started with"
-            )
-            self._evaluate_through(int(wanted.max()))
-        where = self.position[batch]
-        assert (where >= 0).all(), (
+    def priced(self, batch: np.ndarray) -> np.ndarray:
+        """The groups of ``batch`` (all within the threshold the chunk started with) that ``keep`` did not drop,
+        each evaluated."""
+        wanted = self.place[batch]
+        assert (wanted >= 0).all(), (
             "a batch's groups are within the threshold the chunk started with"
         )
+        if len(batch) and int(wanted.max()) >= self.done:
+            self._evaluate_through(int(wanted.max()))
+        return batch[~self.dropped[batch]]
+
+    def of(self, batch: np.ndarray) -> tuple | None:
+        """(step, peak, host) of the candidates of the chunk's groups ``batch`` (all evaluated here, none dropped),
+        flat in ``expand`` order; None for no group (Scan.evaluate has nothing to do)."""
+        if not len(batch):
+            return None
+        self.priced(batch)
+        where = self.position[batch]
+        assert (where >= 0).all(), "a batch's groups are evaluated and kept"
         _, flat = expand(where, self.first[where], self.sizes[where])
         return tuple(v[flat] for v in self.values)
