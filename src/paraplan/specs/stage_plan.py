@@ -47,7 +47,7 @@ from typing import Literal
 
 from pydantic import Field, ValidationError, model_validator
 
-from paraplan.specs.choices import Recompute
+from paraplan.specs.choices import Recompute, Schedule
 from paraplan.specs.cluster import ClusterSpec, PoolName
 from paraplan.specs.errors import InputError, Violation, input_error_from_pydantic
 from paraplan.specs.model import ModelSpec
@@ -65,7 +65,12 @@ from paraplan.specs.rules import (
 )
 from paraplan.specs.rules_moe import stage_expert_rule, stage_expert_violations, stage_pools_rule
 from paraplan.specs.rules_precision import accelerators_rules
-from paraplan.specs.rules_schedule import schedule_batch_rule, schedule_vpp_rule
+from paraplan.specs.rules_schedule import (
+    SCHEDULE_RULES,
+    mirrored_stages_rule,
+    schedule_batch_rule,
+    schedule_vpp_rule,
+)
 from paraplan.specs.rules_stack import (
     engine_dp_overlap_rule,
     engine_schedule_rule,
@@ -183,7 +188,7 @@ class StagePlanSpec(RuntimeFields):
         None, gt=0, description="samples per micro-batch per replica (equal dp only)"
     )
     dtype: Literal["fp32", "tf32", "fp16", "bf16", "fp8", "nvfp4", "mxfp4"] = "bf16"
-    schedule: Literal["1f1b", "interleaved", "gpipe"] = "1f1b"
+    schedule: Schedule = "1f1b"  # a uniform plan's (specs.rules_schedule.SCHEDULE_RULES)
     vpp: int = Field(
         1,
         gt=0,
@@ -325,7 +330,14 @@ def stage_plan_violations(
     if rule := vpp_rule(plan.pp, plan.vpp):
         out.append(Violation("plan.vpp", plan.vpp, rule))
     elif rule := schedule_batch_rule(plan.schedule, plan.pp, plan.n_microbatches):
-        out.append(Violation("plan.microbatches", plan.n_microbatches, rule))
+        by_schedule = SCHEDULE_RULES[plan.schedule].batch_field == "schedule"  # as a uniform plan's
+        field, value = (
+            ("schedule", plan.schedule) if by_schedule else ("microbatches", plan.n_microbatches)
+        )
+        out.append(Violation(f"plan.{field}", value, rule))
+    mirrors = [(s.devices, s.tp, s.cp, s.data_parallel) for s in plan.stages]
+    if broken := mirrored_stages_rule(plan.schedule, mirrors):
+        out.append(Violation(f"plan.stages.{broken[0]}", plan.schedule, broken[1]))
     if rule := interleave_model_rule(model, plan.vpp):
         out.append(Violation("plan.vpp", plan.vpp, rule))
     pools = {p.name: p for p in cluster.pools}

@@ -5,6 +5,7 @@ what offload keeps in host memory. The only memory terms of a step; floats or nu
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, NamedTuple
 
 from paraplan.cost.elementwise import any_true, maximum, minimum, scalar_zero, where, where_all
@@ -172,6 +173,21 @@ def stage_memory_terms(inp: StepInputs, stage: Stage, index: Num) -> dict[str, N
     """Bytes per GPU of the pipeline stage at position ``index`` running ``stage``'s blocks
     (step.result.StageMemory byte fields + ``peak_bytes``): ``memory_at`` of its holdings."""
     return memory_at(inp, stage_holdings(inp, stage), index)
+
+
+def pipeline_stage_memory(stages: tuple[Stage, ...], index: int) -> dict[str, Num]:
+    """Bytes per GPU of the pipeline stage at position ``index`` of ``stages``, each a Stage with its own
+    StepInputs (a per-stage plan, step.per_stage): ``stage_memory_terms`` on its own inputs; under DualPipe
+    (the knobs' flag) the rank's, which holds stage i and stage p − 1 − i (deepseek-ai/DualPipe
+    examples/example_dualpipe.py:138 at 3da1bbe): ``dualpipe_memory_terms``, as the uniform path prices it
+    (step.estimate._stage_memories), of every stage's own holdings (one weight copy, each on its own inputs) on
+    the rank's inputs. A per-stage plan gives stage i and stage p − 1 − i the same GPUs and degrees
+    (specs.rules_schedule.mirrored_stages_rule), so its partner's holdings are the rank's."""
+    stage = stages[index]
+    if not stage.inputs.knobs.dualpipe:
+        return stage_memory_terms(stage.inputs, stage, index)
+    holdings = [stage_holdings(s.inputs, s, 1.0) for s in stages]
+    return dualpipe_memory_terms(replace(stage.inputs, stages=stages), holdings, index)[0]
 
 
 def memory_at(
