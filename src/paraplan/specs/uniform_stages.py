@@ -56,7 +56,6 @@ CARRIED_FIELDS = frozenset(
         *RUNTIME_FIELDS,
     }
 )
-STAGE_SCHEDULES: tuple[str, ...] = get_args(StagePlanSpec.model_fields["schedule"].annotation)
 STAGE_ENGINES: tuple[str, ...] = get_args(StagePlanSpec.model_fields["engine"].annotation)
 
 
@@ -87,8 +86,8 @@ def stage_layer_split(plan: PlanSpec, model: ModelSpec) -> tuple[int, ...]:
 
 
 def unsupported_field_violations(plan: PlanSpec) -> list[Violation]:
-    """Every PlanSpec field outside CARRIED_FIELDS that is not at its default, and a pipeline schedule
-    the per-stage estimator does not run (StagePlanSpec.schedule)."""
+    """Every PlanSpec field outside CARRIED_FIELDS that is not at its default (the schedule is carried: a
+    per-stage plan's schedule field is a uniform plan's, specs.choices.Schedule)."""
     out = []
     for name, info in PlanSpec.model_fields.items():
         value = getattr(plan, name)
@@ -102,16 +101,6 @@ def unsupported_field_violations(plan: PlanSpec) -> list[Violation]:
                     f"field; allowed: {info.default!r}",
                 )
             )
-    if plan.pipeline_schedule not in STAGE_SCHEDULES:
-        out.append(
-            Violation(
-                "plan.schedule",
-                plan.pipeline_schedule,
-                f"a plan restated stage by stage (uniform_stage_plan) runs on the per-stage estimator "
-                f"(step.per_stage), whose schedules are its per-stage plan's schedule field "
-                f"(specs.stage_plan); allowed: {', '.join(STAGE_SCHEDULES)}",
-            )
-        )
     return out
 
 
