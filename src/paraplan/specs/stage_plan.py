@@ -255,8 +255,6 @@ class StagePlanSpec(RuntimeFields):
                 raise ValueError(f"global_batch={self.global_batch} {rule}")
         if rule := schedule_vpp_rule(self.schedule, self.vpp):
             raise ValueError(rule)
-        if rule := engine_schedule_rule(self.engine, self.schedule, self.vpp, len(self.stages)):
-            raise ValueError(rule)
         if rule := engine_zero_rule(self.engine, self.zero, len(self.stages)):
             raise ValueError(rule)
         overlap = self.overlap_dp_grad_reduce
@@ -335,6 +333,8 @@ def stage_plan_violations(
             ("schedule", plan.schedule) if by_schedule else ("microbatches", plan.n_microbatches)
         )
         out.append(Violation(f"plan.{field}", value, rule))
+    if rule := engine_schedule_rule(plan.engine, plan.schedule, plan.vpp, plan.pp):
+        out.append(Violation("plan.schedule", plan.schedule, rule))  # as a uniform plan's
     mirrors = [(s.devices, s.tp, s.cp, s.data_parallel) for s in plan.stages]
     if broken := mirrored_stages_rule(plan.schedule, mirrors):
         out.append(Violation(f"plan.stages.{broken[0]}", plan.schedule, broken[1]))

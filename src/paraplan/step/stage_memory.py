@@ -341,7 +341,7 @@ def stage_peaks(inp: StepInputs) -> tuple[Num, Num]:
     holdings = [stage_holdings(inp, s, 1.0) for s in inp.stages]
     paired_peak = paired_host = 0.0
     for s in inp.stages:  # a rank's bytes are linear in its position between these
-        last = s.index + s.count - 1
+        last = s.index + group_count(inp, s) - 1
         ends = (s.index, last, inp.pp - 1 - s.index, inp.pp - 1 - last)
         # the partner of the rank at ends[k] is at ends[k ± 2] (p − 1 − (p − 1 − i) = i, integers): the entry
         # holding each end looked up once (_holding_at compares positions only: the same bits)
@@ -375,11 +375,23 @@ def _paired_terms(
     return memory_at(inp, paired, index, in_flight)
 
 
+def group_count(inp: StepInputs, stage: Stage) -> Num:
+    """Pipeline positions of the split group that starts at ``stage``'s position: the counts of every entry at
+    that index. A group whose stages' links differ is two entries at one index, each with its count, holding
+    the same blocks (step.layout.build_step_inputs), so the group covers index … index + their sum − 1, not
+    index + count − 1 (DualPipe's rank 3 of pp 8 then found no entry and took the last one's holdings); an entry
+    alone at its index: its count."""
+    total = 0.0
+    for other in inp.stages:
+        total = total + where(other.index == stage.index, other.count, 0.0)
+    return total
+
+
 def _holding_at(inp: StepInputs, holdings: list[StageHoldings], position: Num):
     """(the holdings of the present Stage entry that holds ``position``, whether one does)."""
     out, found = holdings[-1], False
     for s, h in zip(reversed(inp.stages), reversed(holdings)):
-        inside = (s.count > 0) & (s.index <= position) & (position < s.index + s.count)
+        inside = (s.count > 0) & (s.index <= position) & (position < s.index + group_count(inp, s))
         out = StageHoldings(*(where(inside, a, b) for a, b in zip(h, out)))
         found = found | inside
     return out, found
