@@ -62,7 +62,9 @@ def test_dualpipe_rank_holds_stage_i_and_its_mirror():
     for i in range(4):
         a, b = one.stages[i], one.stages[3 - i]
         assert dual.stages[i].weights_bytes == pytest.approx(a.weights_bytes + b.weights_bytes)
-        assert dual.stages[i].gradients_bytes == pytest.approx(a.gradients_bytes + b.gradients_bytes)
+        assert dual.stages[i].gradients_bytes == pytest.approx(
+            a.gradients_bytes + b.gradients_bytes
+        )
         assert dual.stages[i].optimizer_bytes == pytest.approx(a.optimizer_bytes)
     # the end ranks hold the embedding stage and the head stage: 0 and 3 the same weights
     assert dual.stages[0].weights_bytes == pytest.approx(dual.stages[3].weights_bytes)
@@ -84,7 +86,9 @@ def test_dualpipe_needs_mirrored_stages():
     stages = [dict(PLAN["stages"][0], tp=2), *PLAN["stages"][1:]]
     text = refusal(schedule="dualpipe", stages=stages)
     assert "\n" not in text
-    assert text.startswith("plan.stages.0: 'dualpipe' is not allowed; schedule=dualpipe runs stage 0")
+    assert text.startswith(
+        "plan.stages.0: 'dualpipe' is not allowed; schedule=dualpipe runs stage 0"
+    )
     # 1F1B takes the same stages
     assert estimate(stages=stages).step_time_s > 0
 
@@ -118,7 +122,11 @@ def test_estimate_plan_file_round_trip(capsys, tmp_path, monkeypatch, schedule):
     printed stage_plan, read again, is the same plan with the same price."""
     monkeypatch.setenv("COLUMNS", "200")
     paths = {}
-    for name, data in (("cluster", MIXED), ("model", MODEL8), ("plan", PLAN | {"schedule": schedule})):
+    for name, data in (
+        ("cluster", MIXED),
+        ("model", MODEL8),
+        ("plan", PLAN | {"schedule": schedule}),
+    ):
         paths[name] = tmp_path / f"{name}.yaml"
         paths[name].write_text(yaml.safe_dump(data))
     args = ["estimate", "-m", str(paths["model"]), "--cluster", str(paths["cluster"]), "--json"]

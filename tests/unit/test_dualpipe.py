@@ -193,7 +193,9 @@ def test_a_split_group_of_two_link_classes_holds_every_rank_pair():
     plan = dict(gpus=16, cp=2, pp=8, global_batch=16, seq_length=1024, zero=1)
     one = api.estimate("gpt3-125m", "dgx-b200", plan)
     dual = api.estimate("gpt3-125m", "dgx-b200", plan | {"schedule": "dualpipe"})
-    inp = step_inputs(api.load_model("gpt3-125m"), api.load_system("dgx-b200"), PlanSpec(**dual.plan))
+    inp = step_inputs(
+        api.load_model("gpt3-125m"), api.load_system("dgx-b200"), PlanSpec(**dual.plan)
+    )
     assert [s.index for s in inp.stages].count(1) == 2  # the middle group's two link classes
     for i in range(8):
         pair = one.stages[i].weights_bytes + one.stages[7 - i].weights_bytes

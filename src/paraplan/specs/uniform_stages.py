@@ -24,6 +24,7 @@ from paraplan.specs.rules import (
 )
 from paraplan.specs.rules import costed_by_stages, interleave_model_rule  # noqa: F401 (named here too)
 from paraplan.specs.rules_moe import moe_plan_violations
+from paraplan.specs.rules_stack import engine_schedule_rule
 from paraplan.specs.stage_plan import EXPERT_KNOBS, StagePlanSpec, stage_plan_from_dict
 
 # The PlanSpec fields a per-stage plan carries (uniform_stage_plan); every other PlanSpec field must keep
@@ -144,6 +145,11 @@ def uniform_stage_plan(
     and decoder depths the even split matches split rank pp/2 up to that embedding.
     InputError (one line naming field, value and what is allowed) for a plan it cannot carry."""
     violations = uniform_plan_violations(plan, model)
+    engine, schedule = stage_engine(pipeline_engine), plan.pipeline_schedule
+    if rule := engine_schedule_rule(
+        engine, schedule, plan.vpp, plan.pp
+    ):  # the per-stage plan's check
+        violations.append(Violation("plan.schedule", schedule, rule))
     if violations:
         raise InputError.from_violations(violations)
     stages = [
@@ -178,7 +184,7 @@ def uniform_stage_plan(
             "overlap_tp_comm": plan.overlap_tp_comm,
             **runtime_fields_of(plan),
             **{name: getattr(plan, name) for name in EXPERT_KNOBS},
-            "engine": stage_engine(pipeline_engine),
+            "engine": engine,
             "stages": stages,
         }
     )
