@@ -20,16 +20,14 @@ from paraplan.specs.rules_stack import engine_schedule_rule
 from paraplan.specs.stage_plan import StagePlanSpec, stage_plan_from_dict, stage_plan_to_dict
 from paraplan.step.per_stage import estimate_stage_plan
 from tests.hetero.mixed_cluster import MIXED, MODEL
+from tests.hetero.mixed_cluster import PLAN as BASE_PLAN
 from tests.hetero.test_hetero_cli_and_cases import run
 
 # 8 layers on a V100 + T4 cluster, stages mirrored (0 and 3 on two V100s, 1 and 2 on two T4s), unequal layers
 MODEL8 = MODEL | {"layers": 8}
-PLAN = {
+PLAN = BASE_PLAN | {
     "global_batch": 16,
-    "seq_length": 512,
     "microbatches": 8,
-    "dtype": "fp16",
-    "attention": "unfused",
     "stages": [
         {"pool": "v100", "gpus": 2, "layers": 1},
         {"pool": "t4", "gpus": 2, "layers": 3},
