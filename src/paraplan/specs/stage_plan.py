@@ -61,23 +61,17 @@ from paraplan.specs.rules import (
     stage_cp_rule,
     stage_rules,
     stage_spec_rule,
-    vpp_rule,
 )
 from paraplan.specs.rules_moe import stage_expert_rule, stage_expert_violations, stage_pools_rule
 from paraplan.specs.rules_precision import accelerators_rules
-from paraplan.specs.rules_schedule import (
-    SCHEDULE_RULES,
-    mirrored_stages_rule,
-    schedule_batch_rule,
-    schedule_vpp_rule,
-)
+from paraplan.specs.rules_schedule import schedule_vpp_rule
 from paraplan.specs.rules_stack import (
     engine_dp_overlap_rule,
-    engine_schedule_rule,
     engine_zero_rule,
     stack_gpus_rule,
     stack_parallelism_rules,
 )
+from paraplan.specs.stage_schedule import stage_schedule_violations
 from paraplan.specs.strict import InputModel
 
 
@@ -325,19 +319,7 @@ def stage_plan_violations(
     have, and a stage holding no transformer layer recomputes no op."""
     out = _grid_violations(plan, model)
     out += _coverage_violations(plan, model)
-    if rule := vpp_rule(plan.pp, plan.vpp):
-        out.append(Violation("plan.vpp", plan.vpp, rule))
-    elif rule := schedule_batch_rule(plan.schedule, plan.pp, plan.n_microbatches):
-        by_schedule = SCHEDULE_RULES[plan.schedule].batch_field == "schedule"  # as a uniform plan's
-        field, value = (
-            ("schedule", plan.schedule) if by_schedule else ("microbatches", plan.n_microbatches)
-        )
-        out.append(Violation(f"plan.{field}", value, rule))
-    if rule := engine_schedule_rule(plan.engine, plan.schedule, plan.vpp, plan.pp):
-        out.append(Violation("plan.schedule", plan.schedule, rule))  # as a uniform plan's
-    mirrors = [(s.devices, s.tp, s.cp, s.data_parallel) for s in plan.stages]
-    if broken := mirrored_stages_rule(plan.schedule, mirrors):
-        out.append(Violation(f"plan.stages.{broken[0]}", plan.schedule, broken[1]))
+    out += stage_schedule_violations(plan)
     if rule := interleave_model_rule(model, plan.vpp):
         out.append(Violation("plan.vpp", plan.vpp, rule))
     pools = {p.name: p for p in cluster.pools}
