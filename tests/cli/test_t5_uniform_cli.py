@@ -69,7 +69,6 @@ def test_estimate_json_is_the_hand_built_stage_plan_estimate(cli):
     [
         (["--cp", "2"], "plan.cp: 2 is not allowed"),
         (["--vpp", "2"], "plan.vpp: 2 is not allowed"),
-        (["--schedule", "zb-h1"], "plan.schedule: 'zb-h1' is not allowed"),
         (["--offload-activations"], "plan.offload_activations: True is not allowed"),
         (["--ops"], "--ops: not allowed for an encoder-decoder model"),
         (["--framework", "megatron"], "--framework: not allowed for an encoder-decoder model"),
@@ -78,6 +77,21 @@ def test_estimate_json_is_the_hand_built_stage_plan_estimate(cli):
 def test_estimate_refuses_what_the_stage_plan_cannot_carry(cli, extra, named):
     code, out, err = cli(*ESTIMATE, *extra)
     assert code == 2 and out == "" and err.count("\n") == 1 and named in err and "allowed" in err
+
+
+def test_estimate_keeps_the_schedules_rules(cli):
+    """A per-stage plan runs every schedule (zb-h1, dualpipe: step.per_stage); DualPipe's batch rule
+    (specs.rules_schedule.dualpipe_rule) refuses 2 micro-batches on 2 stages in a uniform plan's words."""
+    args = [
+        a if a != "64" else "32" for a in ESTIMATE
+    ]  # global batch 32: 2 micro-batches of 4 on dp 4
+    code, out, err = cli(*args, "--schedule", "dualpipe")
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert (
+        "plan.schedule: 'dualpipe' is not allowed; needs an even pp and an even micro-batch" in err
+    )
+    code, out, _ = cli(*ESTIMATE, "--schedule", "zb-h1")
+    assert code == 0 and "step time" in out
 
 
 def test_estimate_that_does_not_fit_exits_1(cli):

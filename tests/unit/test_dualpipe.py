@@ -176,3 +176,30 @@ def test_torchtitan_export_refuses_the_schedules_it_does_not_write():
         plan = PlanSpec(gpus=16, pp=4, global_batch=64, seq_length=2048, schedule=schedule)
         with pytest.raises(InputError):
             export_plan("torchtitan", plan)
+
+
+def test_a_split_group_of_two_link_classes_holds_every_rank_pair():
+    """gpt3-125m, pp 8 on 2-GPU stages (cp 2) of 8-GPU nodes: the split's middle group (stages 1-4, two layers
+    each) is two Stage entries at one index, one per link class (step.layout.build_step_inputs), so the group
+    covers positions 1-4, not 1-2 (step.stage_memory.group_count). Rank i holds stage i and stage 7 − i, each
+    the sum of the two 1F1B ranks' weights: rank 3 stages 3 and 4 (2 × 28.35 MB; before: 28.35 MB, position 4
+    found in no entry and the last entry's one-layer holdings taken); the search's peak
+    (step.stage_memory.stage_peaks) is the table's largest."""
+    from paraplan import api
+    from paraplan.specs.plan import PlanSpec
+    from paraplan.step.compose import stage_peaks
+    from paraplan.step.estimate import step_inputs
+
+    plan = dict(gpus=16, cp=2, pp=8, global_batch=16, seq_length=1024, zero=1)
+    one = api.estimate("gpt3-125m", "dgx-b200", plan)
+    dual = api.estimate("gpt3-125m", "dgx-b200", plan | {"schedule": "dualpipe"})
+    inp = step_inputs(
+        api.load_model("gpt3-125m"), api.load_system("dgx-b200"), PlanSpec(**dual.plan)
+    )
+    assert [s.index for s in inp.stages].count(1) == 2  # the middle group's two link classes
+    for i in range(8):
+        pair = one.stages[i].weights_bytes + one.stages[7 - i].weights_bytes
+        assert dual.stages[i].weights_bytes == pytest.approx(pair, rel=1e-12), i
+    assert dual.stages[3].weights_bytes == pytest.approx(2 * 28_351_488.0, rel=1e-9)
+    peak = max(s.peak_bytes for s in dual.stages)
+    assert float(stage_peaks(inp)[0]) == pytest.approx(peak, rel=1e-12)

@@ -28,6 +28,7 @@ from paraplan.specs.cluster import uniform_cluster
 from paraplan.specs.plan import PlanSpec
 from paraplan.specs.recompute import plan_fields as mode_plan_fields
 from paraplan.specs.rules import tp_rules
+from paraplan.specs.rules_schedule import SCHEDULE_RULES, schedule_batch_rule
 from paraplan.specs.uniform_stages import uniform_stage_plan
 from paraplan.step.estimate import estimate
 from paraplan.step.p2p import PipelineLinks, exchanges, uniform_group_p2p
@@ -102,6 +103,14 @@ def assert_same(uniform, per_stage) -> None:
     assert per_stage.fit == uniform.fit
 
 
+def pipeline_schedules(pp: int) -> list[str]:
+    """Every schedule of specs.rules_schedule.SCHEDULE_RULES that runs on pp > 1 stages at 2·pp micro-batches
+    (DualPipe: an even pp), in its order; 1F1B alone without a pipeline."""
+    if pp == 1:
+        return ["1f1b"]
+    return [s for s in SCHEDULE_RULES if schedule_batch_rule(s, pp, 2 * pp) is None]
+
+
 def draw_plan_fields(pick, model) -> dict:
     """A uniform plan of ``model``, each knob chosen by ``pick`` (options -> one of them: a hypothesis draw,
     or a seeded random.choice): pp 1-8 (≤ its layers), tp in (1, 2, 4, 8) (the ones the model's heads
@@ -109,17 +118,19 @@ def draw_plan_fields(pick, model) -> dict:
     the per-stage plan states it on every stage), dp 1-8, on tp·cp·pp·dp ≤ 32 GPUs of 8-GPU nodes (so stages
     share a node, fill one, span several or straddle a node boundary, and so may a stage's dp and cp groups: a
     stage of S = tp·cp·dp GPUs tiles the nodes when S | 8 or 8 | S, else (dp 3, 5, 6, 7) the uniform path
-    prices it stage by stage, step.placement), 1F1B, GPipe or interleaved with vpp ≤ 4 (micro-batches a multiple of pp,
-    specs.rules.interleave_batch_rule), ZeRO 0-3, the three common recompute modes (the stacks' per-op
+    prices it stage by stage, step.placement), every schedule of SCHEDULE_RULES (``pipeline_schedules``: 1F1B, GPipe,
+    ZB-H1, DualPipe with an even pp and 2·pp or 4·pp micro-batches, interleaved with vpp ≤ 4 and micro-batches a
+    multiple of pp, specs.rules.interleave_batch_rule), ZeRO 0-3, the three common recompute modes (the stacks' per-op
     policies: test_policy_recompute_modes_agree), sequence parallelism."""
     pp = pick([p for p in range(1, 9) if p <= model.layers])
     tp = pick([t for t in (1, 2, 4, 8) if t * pp <= MAX_GPUS and not tp_rules(model, t)])
     cp = pick([c for c in CPS if tp * c * pp <= MAX_GPUS])
     dp = pick([d for d in range(1, 9) if tp * cp * pp * d <= MAX_GPUS])
     micro_batch = pick((1, 2))
-    schedule = pick(("1f1b", "gpipe", "interleaved") if pp > 1 else ("1f1b",))
-    vpp = pick((2, 3, 4)) if schedule == "interleaved" else 1
-    microbatches = pp * pick((1, 2)) if vpp > 1 else pick((1, 4, 8))
+    schedule = pick(pipeline_schedules(pp))
+    vpp = pick((2, 3, 4)) if SCHEDULE_RULES[schedule].chunked else 1
+    least = SCHEDULE_RULES[schedule].min_count(pp)  # pp interleaved, 2·pp DualPipe, else 1
+    microbatches = least * pick((1, 2)) if least > 1 else pick((1, 4, 8))
     return {
         "gpus": tp * cp * pp * dp,
         "tp": tp,

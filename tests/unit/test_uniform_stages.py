@@ -72,8 +72,6 @@ def test_uniform_t5_estimate_equals_the_hand_built_stage_plan():
     [
         ({"cp": 2}, "plan.cp"),
         ({"vpp": 2, "pp": 2}, "plan.vpp"),
-        ({"schedule": "zb-h1"}, "plan.schedule"),
-        ({"schedule": "dualpipe"}, "plan.schedule"),
         ({"offload_optimizer": True}, "plan.offload_optimizer"),
         ({"recompute": "full", "recompute_num_layers": 2}, "plan.recompute_num_layers"),
         ({"stage_layers": (30, 18), "pp": 2}, "plan.stage_layers"),
@@ -115,6 +113,15 @@ def test_run_wide_knobs_are_carried(fields):
     stage_plan = uniform_stage_plan(plan, T5, POOL)
     for name, value in fields.items():
         assert getattr(stage_plan, name) == value
+
+
+@pytest.mark.parametrize("schedule", ["zb-h1", "dualpipe"])
+def test_every_schedule_is_carried(schedule):
+    """A per-stage plan's schedule field is a uniform plan's (specs.choices.Schedule), so a plan restated stage
+    by stage keeps zb-h1 and DualPipe (pp 2, 4 micro-batches: DualPipe's 2·pp), priced by step.per_stage."""
+    plan = PlanSpec(gpus=8, pp=2, global_batch=8, micro_batch=2, seq_length=512, schedule=schedule)
+    stage_plan = uniform_stage_plan(plan, T5, POOL)
+    assert stage_plan.schedule == schedule and stage_plan.pp == 2
 
 
 def test_the_uniform_rules_still_apply():

@@ -158,8 +158,9 @@ def search(
     cluster: ClusterOption = None,
     non_uniform: switch(
         "--non-uniform",
-        help="per-stage GPUs / tp / recompute on one GPU type (cp 1; dense models only, ep 1): "
-        "Aceso-style search",
+        help="per-stage GPUs / tp / recompute on one GPU type (cp 1; dense models only, ep 1; schedules "
+        "1f1b, interleaved, gpipe: zb-h1 and dualpipe per-stage plans are priced by estimate --plan, not "
+        "searched): Aceso-style search",
     ) = False,
     time_budget: given(
         float, "--time-budget", help="seconds for the --cluster and --non-uniform searches", min=0.0

@@ -91,6 +91,9 @@ class ScheduleRules:
     # pp → the smallest micro-batch count batch_rule accepts (the smallest default batch:
     # min_global_batch, specs.plan_fields.default_global_batch)
     min_count: Callable[[int], int] = _one
+    # each pipeline rank runs two stages, i and p − 1 − i (DualPipe's two directions): a per-stage plan gives
+    # both the same GPUs and degrees (``mirrored_stages_rule``)
+    mirrored: bool = False
 
 
 SCHEDULE_RULES: MappingProxyType[str, ScheduleRules] = MappingProxyType(
@@ -101,7 +104,7 @@ SCHEDULE_RULES: MappingProxyType[str, ScheduleRules] = MappingProxyType(
             ScheduleRules("interleaved", True, _interleave_count, min_count=_pp_count),
             ScheduleRules("gpipe", False, _any_count),
             ScheduleRules("zb-h1", False, _any_count),
-            ScheduleRules("dualpipe", False, dualpipe_rule, "schedule", _dualpipe_count),
+            ScheduleRules("dualpipe", False, dualpipe_rule, "schedule", _dualpipe_count, True),
         )
     }
 )
@@ -129,3 +132,22 @@ def schedule_vpp_rule(schedule: str, vpp: int) -> str | None:
 def schedule_batch_rule(schedule: str, pp: int, microbatches: int) -> str | None:
     """What ``microbatches`` per step on ``pp`` stages break under ``schedule`` (its entry's ``batch_rule``)."""
     return SCHEDULE_RULES[schedule].batch_rule(pp, microbatches)
+
+
+def mirrored_stages_rule(schedule: str, stages: list) -> tuple[int, str] | None:
+    """(stage, rule) for the first stage i of a per-stage plan whose ``stages[i]`` (its GPUs and degrees, any
+    comparable value) differs from stage p − 1 − i's under a schedule whose ranks run both (its entry's
+    ``mirrored``): DualPipe's rank i holds stage i for one direction and stage p − 1 − i for the other, on its
+    own GPUs (deepseek-ai/DualPipe examples/example_dualpipe.py:138 at 3da1bbe: ``local_full_modules =
+    nn.Sequential(full_modules[rank], full_modules[pp_size - 1 - rank])``), so the two stages run on the same
+    GPUs at the same degrees; None when they do, or the schedule pairs no stages."""
+    if not SCHEDULE_RULES[schedule].mirrored:
+        return None
+    pp = len(stages)
+    for i in range(pp // 2):
+        if stages[i] != stages[pp - 1 - i]:
+            return i, (
+                f"schedule={schedule} runs stage {i} and stage {pp - 1 - i} on the same ranks (each "
+                f"rank holds stage i and stage pp − 1 − i); give them the same devices, tp, cp and dp"
+            )
+    return None

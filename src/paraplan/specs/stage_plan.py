@@ -47,7 +47,7 @@ from typing import Literal
 
 from pydantic import Field, ValidationError, model_validator
 
-from paraplan.specs.choices import Recompute
+from paraplan.specs.choices import Recompute, Schedule
 from paraplan.specs.cluster import ClusterSpec, PoolName
 from paraplan.specs.errors import InputError, Violation, input_error_from_pydantic
 from paraplan.specs.model import ModelSpec
@@ -61,18 +61,17 @@ from paraplan.specs.rules import (
     stage_cp_rule,
     stage_rules,
     stage_spec_rule,
-    vpp_rule,
 )
 from paraplan.specs.rules_moe import stage_expert_rule, stage_expert_violations, stage_pools_rule
 from paraplan.specs.rules_precision import accelerators_rules
-from paraplan.specs.rules_schedule import schedule_batch_rule, schedule_vpp_rule
+from paraplan.specs.rules_schedule import schedule_vpp_rule
 from paraplan.specs.rules_stack import (
     engine_dp_overlap_rule,
-    engine_schedule_rule,
     engine_zero_rule,
     stack_gpus_rule,
     stack_parallelism_rules,
 )
+from paraplan.specs.stage_schedule import stage_schedule_violations
 from paraplan.specs.strict import InputModel
 
 
@@ -183,7 +182,7 @@ class StagePlanSpec(RuntimeFields):
         None, gt=0, description="samples per micro-batch per replica (equal dp only)"
     )
     dtype: Literal["fp32", "tf32", "fp16", "bf16", "fp8", "nvfp4", "mxfp4"] = "bf16"
-    schedule: Literal["1f1b", "interleaved", "gpipe"] = "1f1b"
+    schedule: Schedule = "1f1b"  # a uniform plan's (specs.rules_schedule.SCHEDULE_RULES)
     vpp: int = Field(
         1,
         gt=0,
@@ -249,8 +248,6 @@ class StagePlanSpec(RuntimeFields):
             if rule := batch_rule(self.global_batch, dps.pop(), self.micro_batch):
                 raise ValueError(f"global_batch={self.global_batch} {rule}")
         if rule := schedule_vpp_rule(self.schedule, self.vpp):
-            raise ValueError(rule)
-        if rule := engine_schedule_rule(self.engine, self.schedule, self.vpp, len(self.stages)):
             raise ValueError(rule)
         if rule := engine_zero_rule(self.engine, self.zero, len(self.stages)):
             raise ValueError(rule)
@@ -322,10 +319,7 @@ def stage_plan_violations(
     have, and a stage holding no transformer layer recomputes no op."""
     out = _grid_violations(plan, model)
     out += _coverage_violations(plan, model)
-    if rule := vpp_rule(plan.pp, plan.vpp):
-        out.append(Violation("plan.vpp", plan.vpp, rule))
-    elif rule := schedule_batch_rule(plan.schedule, plan.pp, plan.n_microbatches):
-        out.append(Violation("plan.microbatches", plan.n_microbatches, rule))
+    out += stage_schedule_violations(plan)
     if rule := interleave_model_rule(model, plan.vpp):
         out.append(Violation("plan.vpp", plan.vpp, rule))
     pools = {p.name: p for p in cluster.pools}

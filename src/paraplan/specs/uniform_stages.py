@@ -24,6 +24,7 @@ from paraplan.specs.rules import (
 )
 from paraplan.specs.rules import costed_by_stages, interleave_model_rule  # noqa: F401 (named here too)
 from paraplan.specs.rules_moe import moe_plan_violations
+from paraplan.specs.rules_stack import engine_schedule_rule
 from paraplan.specs.stage_plan import EXPERT_KNOBS, StagePlanSpec, stage_plan_from_dict
 
 # The PlanSpec fields a per-stage plan carries (uniform_stage_plan); every other PlanSpec field must keep
@@ -56,7 +57,6 @@ CARRIED_FIELDS = frozenset(
         *RUNTIME_FIELDS,
     }
 )
-STAGE_SCHEDULES: tuple[str, ...] = get_args(StagePlanSpec.model_fields["schedule"].annotation)
 STAGE_ENGINES: tuple[str, ...] = get_args(StagePlanSpec.model_fields["engine"].annotation)
 
 
@@ -87,8 +87,8 @@ def stage_layer_split(plan: PlanSpec, model: ModelSpec) -> tuple[int, ...]:
 
 
 def unsupported_field_violations(plan: PlanSpec) -> list[Violation]:
-    """Every PlanSpec field outside CARRIED_FIELDS that is not at its default, and a pipeline schedule
-    the per-stage estimator does not run (StagePlanSpec.schedule)."""
+    """Every PlanSpec field outside CARRIED_FIELDS that is not at its default (the schedule is carried: a
+    per-stage plan's schedule field is a uniform plan's, specs.choices.Schedule)."""
     out = []
     for name, info in PlanSpec.model_fields.items():
         value = getattr(plan, name)
@@ -102,16 +102,6 @@ def unsupported_field_violations(plan: PlanSpec) -> list[Violation]:
                     f"field; allowed: {info.default!r}",
                 )
             )
-    if plan.pipeline_schedule not in STAGE_SCHEDULES:
-        out.append(
-            Violation(
-                "plan.schedule",
-                plan.pipeline_schedule,
-                f"a plan restated stage by stage (uniform_stage_plan) runs on the per-stage estimator "
-                f"(step.per_stage), whose schedules are its per-stage plan's schedule field "
-                f"(specs.stage_plan); allowed: {', '.join(STAGE_SCHEDULES)}",
-            )
-        )
     return out
 
 
@@ -155,6 +145,11 @@ def uniform_stage_plan(
     and decoder depths the even split matches split rank pp/2 up to that embedding.
     InputError (one line naming field, value and what is allowed) for a plan it cannot carry."""
     violations = uniform_plan_violations(plan, model)
+    engine, schedule = stage_engine(pipeline_engine), plan.pipeline_schedule
+    if rule := engine_schedule_rule(
+        engine, schedule, plan.vpp, plan.pp
+    ):  # the per-stage plan's check
+        violations.append(Violation("plan.schedule", schedule, rule))
     if violations:
         raise InputError.from_violations(violations)
     stages = [
@@ -189,7 +184,7 @@ def uniform_stage_plan(
             "overlap_tp_comm": plan.overlap_tp_comm,
             **runtime_fields_of(plan),
             **{name: getattr(plan, name) for name in EXPERT_KNOBS},
-            "engine": stage_engine(pipeline_engine),
+            "engine": engine,
             "stages": stages,
         }
     )

@@ -53,7 +53,7 @@ from paraplan.step.build import (
     row_facts,
     system_terms,
 )
-from paraplan.step.compose import SCHEDULE_FLAGS, StepInputs, compose_step
+from paraplan.step.compose import StepInputs, compose_step
 from paraplan.step.constants import stack_shape_fields
 from paraplan.step.inputs import replaced
 from paraplan.step.layer_shape import expert_shape_of, layer_shape_from
@@ -64,6 +64,7 @@ from paraplan.step.placement import (
     plan_stages_tile,
     position_spans,
 )
+from paraplan.step.schedules import schedule_flags
 from paraplan.step.result import CommCost, Estimate, OpCost, StageMemory, TimeBreakdown
 from paraplan.step.stage_memory import (
     ddp_buckets,
@@ -160,10 +161,9 @@ def _violations(model: ModelSpec, system: SystemSpec, plan: PlanSpec) -> tuple[V
 
 def grid_knobs(plan: PlanSpec) -> GridKnobs:
     """The plan's schedule, ZeRO, overlap and offload knobs (stages.GridKnobs)."""
-    flags = {flag: plan.pipeline_schedule == name for name, flag in SCHEDULE_FLAGS.items()}
     return GridKnobs(
         vpp=plan.vpp,
-        **flags,
+        **schedule_flags(plan.pipeline_schedule),
         **{name: getattr(plan, name) for name in STATE_FIELDS},
         offload_activation_layers=plan.offload_activation_layers or 0,
     )

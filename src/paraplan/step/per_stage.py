@@ -69,6 +69,8 @@ from paraplan.step.engines import EngineRules, grad_accumulation_bytes
 from paraplan.step.p2p import exchanges
 from paraplan.step.layout import RangeBlocks, range_stage, stage_at
 from paraplan.step.result import Estimate, StageMemory, TimeBreakdown
+from paraplan.step.schedules import schedule_flags
+from paraplan.step.stage_memory import pipeline_stage_memory
 from paraplan.step.stage_blocks import (
     block_prefix_counts,
     per_block_parts,
@@ -190,8 +192,7 @@ def stage_arrays(
     terms["reserved_bytes"] = max(s.accelerator.reserved_memory for s in systems)
     knobs = GridKnobs(
         vpp=common.vpp,
-        interleaved=common.schedule == "interleaved",
-        gpipe=common.schedule == "gpipe",
+        **schedule_flags(common.schedule),
         zero=common.zero,
         overlap_dp_grad_reduce=common.overlap_dp_grad_reduce,
         overlap_param_gather=common.overlap_param_gather,
@@ -294,10 +295,10 @@ def range_matrices(arr: StageArrays, index: int) -> dict[str, np.ndarray]:
     return stage_terms(range_stage(arr.blocks, index), index)
 
 
-def stage_cost(stage: Stage, index: int, capacity_bytes: float) -> StageCost:
-    """Parameters and memory of the stage at position ``index`` (step.compose.stage_params and
-    stage_memory_terms on the stage's own StepInputs, as ``stage_terms`` reads them for every range)."""
-    terms = stage_memory_terms(stage.inputs, stage, index)
+def stage_cost(stages: tuple[Stage, ...], index: int, capacity_bytes: float) -> StageCost:
+    """Parameters and memory of the stage at position ``index`` of ``stages`` (step.compose.stage_params;
+    step.stage_memory.pipeline_stage_memory: as ``stage_terms`` reads them, or DualPipe's rank pairs)."""
+    stage, terms = stages[index], pipeline_stage_memory(stages, index)
     memory = StageMemory(
         stage=index,
         **{k: float(v) for k, v in terms.items() if k != "peak_bytes"},
@@ -389,7 +390,7 @@ def estimate_stage_plan(
     stages = tuple(
         stage_at(arr.blocks, st.index, a, b) for arr, st, (a, b) in zip(arrays, settings, ranges)
     )
-    costs = [stage_cost(s, st.index, arr.capacity) for s, st, arr in zip(stages, settings, arrays)]
+    costs = [stage_cost(stages, st.index, arr.capacity) for st, arr in zip(settings, arrays)]
     tied = tied_embedding_sync_s(model, cluster, common, settings[0], settings[-1])
     step, breakdown, works, tails = compose_stages(stages, tied)
     summary = tuple(

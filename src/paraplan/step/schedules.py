@@ -393,6 +393,13 @@ SPLIT_BACKWARD_SCHEDULES: tuple[str, ...] = tuple(
 _schedule_flags = attrgetter(*SCHEDULE_FLAGS.values())  # GridKnobs -> its schedule flags, in order
 
 
+def schedule_flags(schedule: str) -> dict[str, bool]:
+    """The GridKnobs schedule flags of one plan running ``schedule``: its entry's flag True, every other
+    False (none set for the default, 1F1B); what a uniform plan (step.estimate.grid_knobs) and a per-stage
+    plan (step.per_stage.stage_arrays) both state."""
+    return {flag: schedule == name for name, flag in SCHEDULE_FLAGS.items()}
+
+
 @cache
 def _chosen_schedule(*flags: bool) -> PipelineSchedule:
     """The entry one plan's scalar schedule flags (SCHEDULE_FLAGS order) select: the last one set, else the

@@ -5,6 +5,7 @@ what offload keeps in host memory. The only memory terms of a step; floats or nu
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, NamedTuple
 
 from paraplan.cost.elementwise import any_true, maximum, minimum, scalar_zero, where, where_all
@@ -174,6 +175,21 @@ def stage_memory_terms(inp: StepInputs, stage: Stage, index: Num) -> dict[str, N
     return memory_at(inp, stage_holdings(inp, stage), index)
 
 
+def pipeline_stage_memory(stages: tuple[Stage, ...], index: int) -> dict[str, Num]:
+    """Bytes per GPU of the pipeline stage at position ``index`` of ``stages``, each a Stage with its own
+    StepInputs (a per-stage plan, step.per_stage): ``stage_memory_terms`` on its own inputs; under DualPipe
+    (the knobs' flag) the rank's, which holds stage i and stage p − 1 − i (deepseek-ai/DualPipe
+    examples/example_dualpipe.py:138 at 3da1bbe): ``dualpipe_memory_terms``, as the uniform path prices it
+    (step.estimate._stage_memories), of every stage's own holdings (one weight copy, each on its own inputs) on
+    the rank's inputs. A per-stage plan gives stage i and stage p − 1 − i the same GPUs and degrees
+    (specs.rules_schedule.mirrored_stages_rule), so its partner's holdings are the rank's."""
+    stage = stages[index]
+    if not stage.inputs.knobs.dualpipe:
+        return stage_memory_terms(stage.inputs, stage, index)
+    holdings = [stage_holdings(s.inputs, s, 1.0) for s in stages]
+    return dualpipe_memory_terms(replace(stage.inputs, stages=stages), holdings, index)[0]
+
+
 def memory_at(
     inp: StepInputs, h: StageHoldings, index: Num, in_flight: Num = None, buckets: Num = None
 ) -> dict[str, Num]:
@@ -325,7 +341,7 @@ def stage_peaks(inp: StepInputs) -> tuple[Num, Num]:
     holdings = [stage_holdings(inp, s, 1.0) for s in inp.stages]
     paired_peak = paired_host = 0.0
     for s in inp.stages:  # a rank's bytes are linear in its position between these
-        last = s.index + s.count - 1
+        last = s.index + group_count(inp, s) - 1
         ends = (s.index, last, inp.pp - 1 - s.index, inp.pp - 1 - last)
         # the partner of the rank at ends[k] is at ends[k ± 2] (p − 1 − (p − 1 − i) = i, integers): the entry
         # holding each end looked up once (_holding_at compares positions only: the same bits)
@@ -359,11 +375,23 @@ def _paired_terms(
     return memory_at(inp, paired, index, in_flight)
 
 
+def group_count(inp: StepInputs, stage: Stage) -> Num:
+    """Pipeline positions of the split group that starts at ``stage``'s position: the counts of every entry at
+    that index. A group whose stages' links differ is two entries at one index, each with its count, holding
+    the same blocks (step.layout.build_step_inputs), so the group covers index … index + their sum − 1, not
+    index + count − 1 (DualPipe's rank 3 of pp 8 then found no entry and took the last one's holdings); an entry
+    alone at its index: its count."""
+    total = 0.0
+    for other in inp.stages:
+        total = total + where(other.index == stage.index, other.count, 0.0)
+    return total
+
+
 def _holding_at(inp: StepInputs, holdings: list[StageHoldings], position: Num):
     """(the holdings of the present Stage entry that holds ``position``, whether one does)."""
     out, found = holdings[-1], False
     for s, h in zip(reversed(inp.stages), reversed(holdings)):
-        inside = (s.count > 0) & (s.index <= position) & (position < s.index + s.count)
+        inside = (s.count > 0) & (s.index <= position) & (position < s.index + group_count(inp, s))
         out = StageHoldings(*(where(inside, a, b) for a, b in zip(h, out)))
         found = found | inside
     return out, found

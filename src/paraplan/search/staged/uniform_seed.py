@@ -6,7 +6,9 @@ it, never returns a plan slower than the best uniform plan a per-stage plan can 
 
 The uniform search is restricted to what a per-stage plan states rather than its plans dropped: cp 1
 (the per-stage searches keep cp = 1: their stage settings state tp and dp only), the schedules a
-per-stage plan runs (STAGE_SCHEDULES: 1f1b, interleaved, gpipe),
+per-stage search prices (SEARCHED_SCHEDULES: 1f1b, interleaved, gpipe; a per-stage plan states zb-h1 and
+dualpipe too, which ``estimate --plan`` prices, but the searches' range matrices hold each stage's memory
+unpaired, step.per_stage.stage_terms, so they search neither),
 no offload, the default placement and layer split, 1-D tp inside a node (the per-stage searches keep tp
 within NVLink, as AMP and Aceso do), and the problem's run-wide knobs, overlap defaults and framework
 (search.launch); ZeRO, sequence parallelism, interleaving (vpp), recompute, the overlap switches and the
@@ -26,12 +28,11 @@ from paraplan.search.staged.hetero import _powers_of_two
 from paraplan.search.staged.problem import HeteroProblem
 from paraplan.specs.errors import InputError
 from paraplan.specs.stage_plan import StagePlanSpec
-from paraplan.specs.uniform_stages import (
-    STAGE_SCHEDULES,
-    uniform_stage_plan,
-    unsupported_field_violations,
-)
+from paraplan.specs.uniform_stages import uniform_stage_plan, unsupported_field_violations
 
+# the schedules the per-stage searches search (module docstring): those they searched before a per-stage plan
+# took every schedule of specs.rules_schedule.SCHEDULE_RULES
+SEARCHED_SCHEDULES = ("1f1b", "interleaved", "gpipe")
 # uniform plans asked for: the best first, the next ones kept among the returned plans
 SEED_PLANS = 3
 
@@ -78,7 +79,7 @@ def uniform_problem(problem: HeteroProblem) -> SearchProblem:
         attention=problem.attention,
         tp=tuple(_powers_of_two(pool.gpus_per_node)),
         cp=(1,),
-        schedules=STAGE_SCHEDULES,
+        schedules=SEARCHED_SCHEDULES,
         vary_offload=False,
         vary_placement=False,
         framework=problem.framework,
