@@ -25,9 +25,7 @@ def _groups(problem):
     return table, options, *options.groups(rows)
 
 
-@pytest.mark.parametrize(
-    "share", [0.2, 0.8]
-)  # the kept groups' memory on their own inputs / on all the groups'
+@pytest.mark.parametrize("share", [0.2, 0.8])  # thresholds keeping fewer or more of the groups
 def test_least_step_is_a_floor_above_the_pipeline_bound_and_drops_only_what_cannot_enter(share):
     table, options, group_row, group_start = _groups(_dense_problem())
     step, peak, host = evaluate_groups(table, options, group_row, group_start)

@@ -151,3 +151,30 @@ def test_a_second_process_reads_the_catalog_without_a_yaml_parser(folder):
         ).stdout.split()
 
     assert run() == ["True"] and run() == ["False"]
+
+
+def test_no_home_directory_means_nothing_is_kept(monkeypatch):
+    """No PARAPLAN_CACHE_DIR, a relative XDG_CACHE_HOME (ignored, as the XDG spec says) and no home directory
+    to be found: the entry is parsed each time and nothing is kept (no traceback from pathlib)."""
+    monkeypatch.delenv("PARAPLAN_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative/cache")
+    monkeypatch.delenv("HOME", raising=False)
+
+    def no_home(self):
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.setattr(Path, "expanduser", no_home)
+    assert parsed_cache.cache_folder() is None
+    parse, calls = _counting({"a": 1})
+    assert parsed_cache.parsed("a: 1\n", parse, "strict") == {"a": 1}
+    assert parsed_cache.parsed("a: 1\n", parse, "strict") == {"a": 1}
+    assert len(calls) == 2
+
+
+def test_a_relative_xdg_cache_home_is_ignored(tmp_path, monkeypatch):
+    monkeypatch.delenv("PARAPLAN_CACHE_DIR", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative/cache")
+    assert parsed_cache.cache_folder() == tmp_path / ".cache" / "paraplan" / "catalog"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert parsed_cache.cache_folder() == tmp_path / "xdg" / "paraplan" / "catalog"

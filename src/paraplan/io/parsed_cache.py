@@ -33,13 +33,20 @@ from typing import Any
 SUFFIX = ".marshal"
 
 
-def cache_folder() -> Path:
-    """Where parsed entries are kept: ``$PARAPLAN_CACHE_DIR/catalog``, else ``$XDG_CACHE_HOME/paraplan/catalog``,
-    else ``~/.cache/paraplan/catalog`` (as catalog.hf_cache finds the Hugging Face cache)."""
+def cache_folder() -> Path | None:
+    """Where parsed entries are kept: ``$PARAPLAN_CACHE_DIR/catalog``, else ``$XDG_CACHE_HOME/paraplan/catalog``
+    (an absolute path only: the XDG Base Directory Specification has a relative one ignored), else
+    ``~/.cache/paraplan/catalog`` (as catalog.hf_cache finds the Hugging Face cache); None where no home
+    directory can be found (no HOME and no passwd entry for the user): nothing is kept then."""
     if os.environ.get("PARAPLAN_CACHE_DIR"):
         return Path(os.environ["PARAPLAN_CACHE_DIR"]).expanduser() / "catalog"
-    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path("~/.cache").expanduser())
-    return Path(xdg) / "paraplan" / "catalog"
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    if os.path.isabs(xdg):
+        return Path(xdg) / "paraplan" / "catalog"
+    try:
+        return Path("~/.cache").expanduser() / "paraplan" / "catalog"
+    except (RuntimeError, KeyError):  # pathlib: "Could not determine home directory."
+        return None
 
 
 @lru_cache(maxsize=1)
@@ -74,7 +81,13 @@ def parsed(text: str, parse: Callable[[str], Any], parser: str) -> Any:
     """``parse(text)``, from the cache when an earlier process kept it (module doc), else parsed and kept.
     ``parser`` names what ``parse`` does (the strict reading of a catalog entry, :func:`packaged_yaml`'s):
     one text read two ways is two files. An error of the parse is raised as it is and nothing is kept."""
-    path = cache_folder() / (entry_key(text, parser) + SUFFIX)
+    try:
+        folder = cache_folder()
+        path = None if folder is None else folder / (entry_key(text, parser) + SUFFIX)
+    except OSError:  # the parser's stamp unreadable: nothing read or kept
+        path = None
+    if path is None:
+        return parse(text)
     try:
         return marshal.loads(path.read_bytes())
     except (OSError, EOFError, ValueError, TypeError):  # none kept yet, or unreadable: parsed again

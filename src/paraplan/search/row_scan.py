@@ -10,7 +10,6 @@ import numpy as np
 
 from paraplan.search import ranking
 from paraplan.search.bound_order import BoundOrder
-from paraplan.search.result import objective_value
 from paraplan.search.scan import Ahead, Scan
 from paraplan.step.compose import pipeline_bound_s
 
@@ -24,7 +23,7 @@ def scan_rows(problem, table, options, scan, scan_all, feasible_sink, progress) 
     """Visit the table's rows best bound first (module doc, steps 2-4; search.bound_order: a row's bound worked
     out only when its floor says it may come next) with the scan's running threshold; the rows visited."""
     lengths = options.lengths
-    order = _row_order(problem, table, options, scan)
+    order = _row_order(table, options, scan)
     if scan_all:
         order.cost_all()
     rows_done = 0
@@ -81,16 +80,11 @@ def scan_rows(problem, table, options, scan, scan_all, feasible_sink, progress) 
     return rows_done
 
 
-def _row_order(problem, table, options, scan) -> BoundOrder:
+def _row_order(table, options, scan) -> BoundOrder:
     """The table's rows in order of their objective's bound (RowTable.lower_bounds), from floors of it
     (RowTable.order_floors): the objective is non-decreasing in the step time."""
 
-    def objective(step_s, rows):
-        tokens = scan.tokens_row[rows]
-        return objective_value(
-            problem, step_s, tokens, scan.flops_per_token * tokens, scan.peak_flops
-        )
-
+    objective = scan.objective  # the one rule (Scan.objective)
     every = np.arange(table.size)
     floors = table.lower_bounds(
         options.v_max,
