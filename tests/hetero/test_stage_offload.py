@@ -96,21 +96,11 @@ def test_activation_layers_need_activation_offload():
 def test_an_offloading_uniform_plan_round_trips_through_estimate_plan(cli, tmp_path):
     """gpt3-1.3b, pp 4 tp 2 interleaved, weights, 1 layer's activations and the optimizer offloaded on 16
     H100s: the uniform plan restated stage by stage (uniform_stage_plan, written as a file) and read back by
-    ``estimate --plan`` gives the uniform estimate's step time, offload part and host bytes per stage."""
-    plan = PlanSpec(
-        gpus=16,
-        tp=2,
-        pp=4,
-        vpp=2,
-        global_batch=16,
-        micro_batch=1,
-        seq_length=2048,
-        schedule="interleaved",
-        offload_weights=True,
-        offload_activations=True,
-        offload_activation_layers=1,
-        offload_optimizer=True,
-    )
+    ``estimate --plan`` gives the uniform estimate's step time and offload part."""
+    degrees = {"gpus": 16, "tp": 2, "pp": 4, "vpp": 2, "schedule": "interleaved"}
+    batch = {"global_batch": 16, "micro_batch": 1, "seq_length": 2048}
+    offloads = {"offload_weights": True, "offload_activations": True, "offload_optimizer": True}
+    plan = PlanSpec(**degrees, **batch, **offloads, offload_activation_layers=1)
     model, system = load_model("gpt3-1.3b"), load_system("dgx-h100-80gb")
     staged = uniform_stage_plan(plan, model, "dgx-h100-80gb")
     path = tmp_path / "stages.json"
