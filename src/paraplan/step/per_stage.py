@@ -26,7 +26,9 @@ The model (issue 10, "The model"):
   (step.build.gradient_group) with the slowest link any member uses; optimizer step on the slowest
   GPU; tied embedding gradients all-reduced between the first and the last stage after every stage's
   tail (step.p2p.tied_embedding_sync_s);
-- memory per stage against the smallest GPU memory among the stage's pools.
+- memory per stage against the smallest GPU memory among the stage's pools, its offloaded state against the
+  smallest host memory per GPU, streamed over the slowest host link (the plan's offloads, as a uniform plan's).
+The plan's settings and each stage's (Common, StageSetting) are read in step/stage_plan_settings.py.
 """
 
 from __future__ import annotations
