@@ -387,9 +387,8 @@ def _grid_violations(plan: StagePlanSpec, model: ModelSpec) -> list[Violation]:
 
 
 def stage_accelerator_violations(plan: StagePlanSpec, pools) -> list[Violation]:
-    """The plan's dtype and attention kernel on each accelerator its stages use
-    (specs.rules_precision.accelerators_rules: accelerator_rules, the check a uniform plan gets, per accelerator)
-    and its offloads on each pool's system (specs.rules_offload.pool_offload_violations)."""
+    """The plan's dtype and attention kernel on each accelerator its stages use (specs.rules_precision.
+    accelerators_rules, a uniform plan's check) and its offloads on each pool's system (pool_offload_violations)."""
     accelerators = [pool.system.accelerator for pool in pools]
     out = [Violation(*r) for r in accelerators_rules(accelerators, plan.dtype, plan.attention)]
     return out + pool_offload_violations(plan, [pool.system for pool in pools])
