@@ -69,7 +69,6 @@ def test_estimate_json_is_the_hand_built_stage_plan_estimate(cli):
     [
         (["--cp", "2"], "plan.cp: 2 is not allowed"),
         (["--vpp", "2"], "plan.vpp: 2 is not allowed"),
-        (["--offload-activations"], "plan.offload_activations: True is not allowed"),
         (["--ops"], "--ops: not allowed for an encoder-decoder model"),
         (["--framework", "megatron"], "--framework: not allowed for an encoder-decoder model"),
     ],
@@ -77,6 +76,16 @@ def test_estimate_json_is_the_hand_built_stage_plan_estimate(cli):
 def test_estimate_refuses_what_the_stage_plan_cannot_carry(cli, extra, named):
     code, out, err = cli(*ESTIMATE, *extra)
     assert code == 2 and out == "" and err.count("\n") == 1 and named in err and "allowed" in err
+
+
+def test_estimate_carries_the_offloads(cli):
+    """Offload is carried stage by stage (issue 31: specs.uniform_stages.CARRIED_FIELDS): the per-stage path
+    prices the T5 plan's activation offload, an exposed offload part the plan without it has not."""
+    code, out, _ = cli(*ESTIMATE, "--json")
+    code_off, out_off, err = cli(*ESTIMATE, "--offload-activations", "--json")
+    assert code == 0 and code_off == 0, err
+    assert json.loads(out)["breakdown"]["offload_s"] == 0.0
+    assert json.loads(out_off)["breakdown"]["offload_s"] > 0.0
 
 
 def test_estimate_keeps_the_schedules_rules(cli):

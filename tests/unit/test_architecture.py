@@ -336,7 +336,9 @@ def test_the_layer_shape_is_built_in_step_layer_shape_alone():
                 replaced.add(str(path.relative_to(ROOT)))
     assert not replaced, sorted(replaced)
     callers = _calls_of("layer_shape_from")
-    assert callers >= {"step/estimate.py", "step/per_stage.py", "search/shapes.py"}, sorted(callers)
+    assert callers >= {"step/estimate.py", "step/stage_plan_settings.py", "search/shapes.py"}, (
+        sorted(callers)
+    )
 
 
 def test_the_web_layer_imports_only_the_api():

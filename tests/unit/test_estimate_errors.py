@@ -77,7 +77,7 @@ def test_offload_without_host_bandwidth():
 
 def test_offload_needs_host_memory_too():
     """A host link without host memory to hold the state offloads nothing: the estimator refuses it and
-    the search offers no offload (both ask specs.rules.offload_rule)."""
+    the search offers no offload (both ask specs.rules_offload.offload_rule)."""
     from paraplan.search.space import SearchProblem
 
     data = A100.model_dump()

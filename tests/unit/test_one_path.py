@@ -88,7 +88,11 @@ def assert_same(uniform, per_stage) -> None:
         elif f.name == "stages":
             assert len(p) == len(u)
             for us, ps in zip(u, p):
-                assert (ps.stage, ps.capacity_bytes) == (us.stage, us.capacity_bytes)
+                assert (ps.stage, ps.capacity_bytes, ps.host_capacity_bytes) == (
+                    us.stage,
+                    us.capacity_bytes,
+                    us.host_capacity_bytes,
+                )
                 for name in MEMORY_FIELDS:
                     assert getattr(ps, name) == pytest.approx(
                         getattr(us, name), rel=REL, abs=1e-6
@@ -121,7 +125,7 @@ def draw_plan_fields(pick, model) -> dict:
     prices it stage by stage, step.placement), every schedule of SCHEDULE_RULES (``pipeline_schedules``: 1F1B, GPipe,
     ZB-H1, DualPipe with an even pp and 2·pp or 4·pp micro-batches, interleaved with vpp ≤ 4 and micro-batches a
     multiple of pp, specs.rules.interleave_batch_rule), ZeRO 0-3, the three common recompute modes (the stacks' per-op
-    policies: test_policy_recompute_modes_agree), sequence parallelism."""
+    policies: test_policy_recompute_modes_agree), sequence parallelism, offloads (``draw_offloads``)."""
     pp = pick([p for p in range(1, 9) if p <= model.layers])
     tp = pick([t for t in (1, 2, 4, 8) if t * pp <= MAX_GPUS and not tp_rules(model, t)])
     cp = pick([c for c in CPS if tp * c * pp <= MAX_GPUS])
@@ -144,6 +148,19 @@ def draw_plan_fields(pick, model) -> dict:
         "recompute": pick(("none", "selective", "full")),
         "sequence_parallel": tp > 1 and pick((False, True)),
         "schedule": schedule,
+        **draw_offloads(pick),
+    }
+
+
+def draw_offloads(pick) -> dict:
+    """Offload of weights, activations (every layer, or k = 1 or 2 per stage: offload_activation_layers) and
+    optimizer state, each on in one draw of four (issue 31: a per-stage plan states them)."""
+    activations = pick((False, False, False, True))
+    return {
+        "offload_weights": pick((False, False, False, True)),
+        "offload_activations": activations,
+        "offload_activation_layers": pick((None, 1, 2)) if activations else None,
+        "offload_optimizer": pick((False, False, False, True)),
     }
 
 

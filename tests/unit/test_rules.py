@@ -13,7 +13,7 @@ import pytest
 
 import paraplan
 from paraplan.catalog import load_model
-from paraplan.specs import rules, rules_moe, rules_precision, rules_schedule
+from paraplan.specs import rules, rules_moe, rules_offload, rules_precision, rules_schedule
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.moe_plan import MoEPlanFields
 from paraplan.specs.parallel import ParallelDims
@@ -338,14 +338,44 @@ def test_uniform_model_violations():
 
 
 def test_offload_rule():
-    assert rules.offload_rule(False, None, None, "s") is None  # nothing offloaded: no host needed
-    assert rules.offload_rule(True, 64e9, 512e9, "s") is None
+    assert (
+        rules_offload.offload_rule(False, None, None, "s") is None
+    )  # nothing offloaded: no host needed
+    assert rules_offload.offload_rule(True, 64e9, 512e9, "s") is None
     both = "system s declares no host_bandwidth / host_memory"
-    assert rules.offload_rule(True, None, None, "s") == both
+    assert rules_offload.offload_rule(True, None, None, "s") == both
     # a host link without host memory to hold the state, or the reverse, cannot offload either
-    assert rules.offload_rule(True, 64e9, None, "s") == "system s declares no host_memory"
-    assert rules.offload_rule(True, None, 512e9, "s") == "system s declares no host_bandwidth"
-    assert rules.offload_rule(True, 0.0, 512e9, "s") is not None
+    assert rules_offload.offload_rule(True, 64e9, None, "s") == "system s declares no host_memory"
+    assert (
+        rules_offload.offload_rule(True, None, 512e9, "s") == "system s declares no host_bandwidth"
+    )
+    assert rules_offload.offload_rule(True, 0.0, 512e9, "s") is not None
+
+
+def test_offload_layers_rule():
+    assert rules_offload.offload_layers_rule(None, False) is None
+    assert rules_offload.offload_layers_rule(20, True) is None
+    rule = "offload_activation_layers=20 needs offload_activations (--offload-activations)"
+    assert rules_offload.offload_layers_rule(20, False) == rule
+
+
+def test_pool_offload_violations():
+    """Each pool's system asked once per distinct rule: two pools without a host, one with."""
+    from paraplan.catalog import load_system
+
+    bare = load_system("dgx-a100-80gb").model_copy(deep=True)
+    acc = bare.accelerator.model_copy(update={"host_bandwidth": None, "host_memory": None})
+    bare = bare.model_copy(update={"accelerator": acc, "name": "bare"})
+    hosted = bare.model_copy(
+        update={"accelerator": acc.model_copy(update={"host_bandwidth": 5e10, "host_memory": 1e12})}
+    )
+    rule = "system bare declares no host_bandwidth / host_memory"
+    plan = PlanSpec(gpus=8, tp=8, global_batch=8, seq_length=2048, offload_optimizer=True)
+    got = rules_offload.pool_offload_violations(plan, [bare, hosted, bare])
+    assert [(v.field, v.value, v.rule) for v in got] == [("plan.offload", True, rule)]
+    none = plan.model_copy(update={"offload_optimizer": False})
+    assert rules_offload.pool_offload_violations(none, [bare]) == []
+    assert rules_offload.pool_offload_violations(plan, [hosted]) == []
 
 
 def test_torchtitan_sequence_rule():

@@ -72,7 +72,6 @@ def test_uniform_t5_estimate_equals_the_hand_built_stage_plan():
     [
         ({"cp": 2}, "plan.cp"),
         ({"vpp": 2, "pp": 2}, "plan.vpp"),
-        ({"offload_optimizer": True}, "plan.offload_optimizer"),
         ({"recompute": "full", "recompute_num_layers": 2}, "plan.recompute_num_layers"),
         ({"stage_layers": (30, 18), "pp": 2}, "plan.stage_layers"),
     ],

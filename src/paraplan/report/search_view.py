@@ -15,7 +15,7 @@ from paraplan.search.run import RankedPlan, SearchResult
 from paraplan.search.space import SearchProblem
 from paraplan.specs.plan import PlanSpec
 from paraplan.specs.plan_label import plan_label
-from paraplan.specs.rules import offload_rule
+from paraplan.specs.rules_offload import offload_rule
 from paraplan.units import GiB
 
 if TYPE_CHECKING:  # search.explain loads with --explain only (issue 31)

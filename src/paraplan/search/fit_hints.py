@@ -16,7 +16,7 @@ from paraplan.step.result import Estimate
 from paraplan.specs.errors import InputError
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.plan import PlanSpec
-from paraplan.specs.rules import offload_rule
+from paraplan.specs.rules_offload import offload_rule
 from paraplan.specs.system import SystemSpec
 
 

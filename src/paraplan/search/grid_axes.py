@@ -23,7 +23,8 @@ from paraplan.search.options import (
 )
 from paraplan.specs.moe_model import moe_shaped
 from paraplan.specs.plan import Schedule
-from paraplan.specs.rules import interleave_split_rule, offload_rule, even_share
+from paraplan.specs.rules import interleave_split_rule, even_share
+from paraplan.specs.rules_offload import offload_rule
 from paraplan.specs.rules_schedule import DEFAULT_SCHEDULE, SCHEDULE_RULES
 from paraplan.specs.rules_stack import (
     engine_dp_overlap_rule,
@@ -261,7 +262,7 @@ class GridAxes:
     @cached_property
     def offload_options(self) -> list[OffloadOption]:
         """(weights, activations, optimizer) offload switches; all off where the system cannot offload
-        (specs.rules.offload_rule)."""
+        (specs.rules_offload.offload_rule)."""
         acc = self.system.accelerator
         if not (self.vary_offload and launch.offloads_allowed(self.framework)):
             return [OffloadOption(False, False, False)]

@@ -9,7 +9,7 @@ from paraplan.search import ranking
 from paraplan.search.grid_index import GridIndex, evaluate_groups, evaluate_kept_groups, expand
 from paraplan.search.result import FasterMiss, NearestMiss, PoolItem, objective_value, trim_pool
 from paraplan.search.table import RowTable, feasible_columns
-from paraplan.specs.rules import host_capacity_bytes
+from paraplan.specs.rules_offload import host_capacity_bytes
 
 
 class Scan:

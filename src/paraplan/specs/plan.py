@@ -47,6 +47,7 @@ from paraplan.specs.rules import (
     vpp_rule,
 )
 from paraplan.specs.rules_moe import moe_plan_violations, moe_sequence_parallel_rule
+from paraplan.specs.rules_offload import offload_layers_rule
 from paraplan.specs.rules_schedule import (
     SCHEDULE_RULES,
     default_schedule,
@@ -235,11 +236,8 @@ class PlanSpec(RuntimeFields, MoEPlanFields, TPLayoutFields):
             raise ValueError(
                 f"{given[0]} cannot be combined with {accounted[0]} (Megatron-LM refuses it too)"
             )
-        if self.offload_activation_layers is not None and not self.offload_activations:
-            raise ValueError(
-                f"offload_activation_layers={self.offload_activation_layers} needs offload_activations "
-                "(--offload-activations)"
-            )
+        if rule := offload_layers_rule(self.offload_activation_layers, self.offload_activations):
+            raise ValueError(rule)
         return self
 
     @property
@@ -346,6 +344,13 @@ STATE_FIELDS = (
     "overlap_param_gather",
     "offload_weights",
     "offload_activations",
+    "offload_optimizer",
+)
+# the offload fields a per-stage plan carries as a uniform plan states them (specs.uniform_stages)
+OFFLOAD_FIELDS = (
+    "offload_weights",
+    "offload_activations",
+    "offload_activation_layers",
     "offload_optimizer",
 )
 PROBLEM_FIELDS = ("gpus", "global_batch", "seq_length", "dtype", *RUNTIME_FIELDS, "attention")

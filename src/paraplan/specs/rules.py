@@ -433,29 +433,6 @@ def stage_rules(
     return out
 
 
-# ---- the system ----------------------------------------------------------------------------------
-def host_capacity_bytes(host_memory: float | None) -> float:
-    """The host memory a stage's offloaded state may fill (step.result.StageMemory.host_capacity_bytes): the
-    system's accelerator.host_memory, unbounded when it declares none (offload_rule then refuses every offload,
-    so only plans that keep nothing on the host are priced against it)."""
-    return host_memory or float("inf")
-
-
-def offload_rule(
-    offloads: bool, host_bandwidth: float | None, host_memory: float | None, system: str
-) -> str | None:
-    """Offloading weights, activations or optimizer state (``offloads``) streams them over the host link
-    (step.offload) into host memory that must hold them (step.result.StageMemory.fits, host_capacity_bytes): the system
-    must declare both (accelerator.host_bandwidth and accelerator.host_memory). The estimator's check,
-    the search's offload options (search.grid_axes) and the fit hints (search.fit_hints,
-    report.search_view) all ask it."""
-    declared = (("host_bandwidth", host_bandwidth), ("host_memory", host_memory))
-    missing = [name for name, value in declared if not value]
-    if offloads and missing:
-        return f"system {system} declares no {' / '.join(missing)}"
-    return None
-
-
 # ---- what a framework's launcher runs (issue 34): shared by the search (search.launch) and the exporters ----
 # Megatron-LM core_v0.14.0 start-up checks, kept with their source lines in export/facts/megatron_checks.yaml.
 

@@ -53,7 +53,7 @@ from paraplan.specs.errors import InputError, Violation, input_error_from_pydant
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.moe_plan import Balance, Dispatcher, MoEPlanFields
 from paraplan.specs.parallel import ParallelDims
-from paraplan.specs.plan import RuntimeFields
+from paraplan.specs.plan import PlanSpec, RuntimeFields
 from paraplan.specs.rules import (
     batch_rule,
     deepspeed_cp_rule,
@@ -63,6 +63,7 @@ from paraplan.specs.rules import (
     stage_spec_rule,
 )
 from paraplan.specs.rules_moe import stage_expert_rule, stage_expert_violations, stage_pools_rule
+from paraplan.specs.rules_offload import offload_layers_rule, pool_offload_violations
 from paraplan.specs.rules_precision import accelerators_rules
 from paraplan.specs.rules_schedule import schedule_vpp_rule
 from paraplan.specs.rules_stack import (
@@ -222,6 +223,10 @@ class StagePlanSpec(RuntimeFields):
     moe_balance: Balance = MoEPlanFields.model_fields["moe_balance"]
     expert_load_cv: float | None = MoEPlanFields.model_fields["expert_load_cv"]
     moe_a2a_overlap: bool = MoEPlanFields.model_fields["moe_a2a_overlap"]
+    offload_weights: bool = PlanSpec.model_fields["offload_weights"]
+    offload_activations: bool = PlanSpec.model_fields["offload_activations"]
+    offload_activation_layers: int | None = PlanSpec.model_fields["offload_activation_layers"]
+    offload_optimizer: bool = PlanSpec.model_fields["offload_optimizer"]
     stages: tuple[StageSpec, ...] = Field(min_length=1)
 
     @model_validator(mode="before")
@@ -248,6 +253,8 @@ class StagePlanSpec(RuntimeFields):
             if rule := batch_rule(self.global_batch, dps.pop(), self.micro_batch):
                 raise ValueError(f"global_batch={self.global_batch} {rule}")
         if rule := schedule_vpp_rule(self.schedule, self.vpp):
+            raise ValueError(rule)
+        if rule := offload_layers_rule(self.offload_activation_layers, self.offload_activations):
             raise ValueError(rule)
         if rule := engine_zero_rule(self.engine, self.zero, len(self.stages)):
             raise ValueError(rule)
@@ -380,10 +387,11 @@ def _grid_violations(plan: StagePlanSpec, model: ModelSpec) -> list[Violation]:
 
 
 def stage_accelerator_violations(plan: StagePlanSpec, pools) -> list[Violation]:
-    """The plan's dtype and attention kernel on each accelerator its stages use
-    (specs.rules_precision.accelerators_rules: accelerator_rules, the check a uniform plan gets, per accelerator)."""
+    """The plan's dtype and attention kernel on each accelerator its stages use (specs.rules_precision.
+    accelerators_rules, a uniform plan's check) and its offloads on each pool's system (pool_offload_violations)."""
     accelerators = [pool.system.accelerator for pool in pools]
-    return [Violation(*r) for r in accelerators_rules(accelerators, plan.dtype, plan.attention)]
+    out = [Violation(*r) for r in accelerators_rules(accelerators, plan.dtype, plan.attention)]
+    return out + pool_offload_violations(plan, [pool.system for pool in pools])
 
 
 def stage_stack_violations(plan: StagePlanSpec, pools) -> list[Violation]:

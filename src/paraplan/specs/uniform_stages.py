@@ -13,7 +13,7 @@ from typing import get_args
 
 from paraplan.specs.errors import InputError, Violation
 from paraplan.specs.model import ModelSpec
-from paraplan.specs.plan import RUNTIME_FIELDS, PlanSpec, runtime_fields_of
+from paraplan.specs.plan import OFFLOAD_FIELDS, RUNTIME_FIELDS, PlanSpec, runtime_fields_of
 from paraplan.specs.rules import (
     batch_rule,
     degree_rule,
@@ -54,6 +54,7 @@ CARRIED_FIELDS = frozenset(
         "overlap_dp_grad_reduce",
         "overlap_param_gather",
         "overlap_tp_comm",
+        *OFFLOAD_FIELDS,
         *RUNTIME_FIELDS,
     }
 )
@@ -183,6 +184,7 @@ def uniform_stage_plan(
             "overlap_param_gather": plan.overlap_param_gather,
             "overlap_tp_comm": plan.overlap_tp_comm,
             **runtime_fields_of(plan),
+            **{name: getattr(plan, name) for name in OFFLOAD_FIELDS},
             **{name: getattr(plan, name) for name in EXPERT_KNOBS},
             "engine": engine,
             "stages": stages,

@@ -393,14 +393,17 @@ def _tails(inp: StepInputs, pipe: dict) -> tuple[list, list, list]:
     # streaming (PCIe) and the DP sync (NIC / NVLink) use different links, so they hide behind the
     # same compute and each other: only what outlasts the DP exposure shows
     outlasting = [None if t is None else maximum(0.0, streamed - t[0]) for t in tails]
-    after = [None if t is None else _after_last_backward(*t, o) for t, o in zip(tails, outlasting)]
+    after = [None if t is None else _after_last_backward(*t, streamed) for t in tails]
     return tails, after, outlasting
 
 
-def _after_last_backward(dp: Num, opt: Num, off: Num, outlasting: Num) -> Num:
+def _after_last_backward(dp: Num, opt: Num, off: Num, streamed: Num) -> Num:
     """What a stage entry adds after its last backward: exposed DP + optimizer + offload + the streaming that
-    outlasts the DP exposure (``outlasting``: max(0, streamed − DP), ``_tails``)."""
-    return dp + opt + off + outlasting
+    outlasts the DP exposure (max(0, streamed − DP), ``_tails``), written max(DP, streamed) + optimizer +
+    offload: where the streaming outlasts every entry's DP, entries of equal optimizer and offload tie
+    exactly (not to a rounding of DP + (streamed − DP)), so the first of them is taken (``_at_max``) however
+    the pipeline's stages are grouped into entries (a uniform plan's classes, a per-stage plan's stages)."""
+    return maximum(dp, streamed) + opt + off
 
 
 def compose_parts(inp: StepInputs) -> tuple[dict[str, Num], list[dict[str, Num]], list[Num]]:

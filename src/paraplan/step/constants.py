@@ -27,6 +27,12 @@ from paraplan.step.dualpipe import pair_compute_share
 _RUNTIME_DEFAULTS = RuntimeFields()
 
 
+def host_link_Bps(acc) -> float:
+    """Bytes/s offload streams at over the accelerator's host link (accelerator.host_bandwidth); 1.0 where
+    the system declares none (specs.rules_offload.offload_rule then refuses every offload, so no priced plan reads it)."""
+    return acc.host_bandwidth or 1.0
+
+
 def system_terms(system: SystemSpec, dtype: str, runtime=None) -> dict:
     """StepInputs fields set by the system, the datatype and the run-wide knobs of ``runtime`` (a PlanSpec or
     a RuntimeFields such as SearchProblem.runtime: specs.plan.RUNTIME_FIELDS; None: their defaults): gradient
@@ -39,7 +45,7 @@ def system_terms(system: SystemSpec, dtype: str, runtime=None) -> dict:
     reduce_bytes = grad_reduce_bytes(system, dtype, knobs)
     return dict(
         fp8_copy_bytes=mem.fp8_weight_copy_bytes_per_param(dtype, knobs.fp8_weight_copies),
-        host_bandwidth=acc.host_bandwidth or 1.0,
+        host_bandwidth=host_link_Bps(acc),
         hbm_rate=acc.hbm_rate(),
         weight_bytes=state.weights,
         grad_bytes=state.gradients,

@@ -29,12 +29,8 @@ from paraplan.specs.plan import (
     plan_violations,
 )
 from paraplan.specs.recompute import modules_of
-from paraplan.specs.rules import (
-    deepspeed_cp_rule,
-    host_capacity_bytes,
-    offload_rule,
-    uniform_model_violations,
-)
+from paraplan.specs.rules import deepspeed_cp_rule, uniform_model_violations
+from paraplan.specs.rules_offload import host_capacity_bytes, pool_offload_violations
 from paraplan.specs.rules_precision import accelerator_rules
 from paraplan.specs.rules_stack import (
     engine_dp_overlap_rule,
@@ -119,7 +115,7 @@ def _system_violations(plan: PlanSpec, system: SystemSpec) -> list[Violation]:
     and the schedules (specs.rules_stack.engine_zero_rule, engine_schedule_rule; efficiency.runtime.
     pipeline_engine: the framework profile's) and its DP overlap (engine_dp_overlap_rule), the model-parallel kinds the stack's loop runs
     (specs.rules_stack.stack_rules, efficiency.runtime.parallelism), ring CP on DeepSpeed
-    (specs.rules.deepspeed_cp_rule), offloading over a declared host link into declared host memory (specs.rules.offload_rule)."""
+    (specs.rules.deepspeed_cp_rule), offloading over a declared host link into declared host memory (specs.rules_offload.pool_offload_violations)."""
     acc = system.accelerator
     runtime = acc.efficiency.runtime
     out = [Violation(*rule) for rule in accelerator_rules(acc, plan.dtype, plan.attention)]
@@ -135,10 +131,7 @@ def _system_violations(plan: PlanSpec, system: SystemSpec) -> list[Violation]:
     schedule = plan.pipeline_schedule
     if rule := engine_schedule_rule(runtime.pipeline_engine, schedule, plan.vpp, plan.pp):
         out.append(Violation("plan.schedule", schedule, rule))
-    offloads = plan.offload_weights or plan.offload_activations or plan.offload_optimizer
-    if rule := offload_rule(offloads, acc.host_bandwidth, acc.host_memory, system.name):
-        out.append(Violation("plan.offload", True, rule))
-    return out
+    return out + pool_offload_violations(plan, [system])
 
 
 def check_plan(model: ModelSpec, system: SystemSpec, plan: PlanSpec) -> None:

@@ -26,7 +26,9 @@ The model (issue 10, "The model"):
   (step.build.gradient_group) with the slowest link any member uses; optimizer step on the slowest
   GPU; tied embedding gradients all-reduced between the first and the last stage after every stage's
   tail (step.p2p.tied_embedding_sync_s);
-- memory per stage against the smallest GPU memory among the stage's pools.
+- memory per stage against the smallest GPU memory among the stage's pools, its offloaded state against the
+  smallest host memory per GPU, streamed over the slowest host link (the plan's offloads, as a uniform plan's).
+The plan's settings and each stage's (Common, StageSetting) are read in step/stage_plan_settings.py.
 """
 
 from __future__ import annotations
@@ -41,17 +43,21 @@ from paraplan.graph.transformer import LayerShape
 from paraplan.specs.cluster import ClusterSpec
 from paraplan.specs.errors import InputError
 from paraplan.specs.model import ModelSpec
-from paraplan.specs.plan import runtime_of
+from paraplan.specs.plan import STATE_FIELDS
+from paraplan.specs.rules_offload import host_capacity_bytes
 from paraplan.specs.stage_plan import (
     StagePlanSpec,
     check_stage_plan,
     stage_block_ranges,
-    stage_devices,
 )
 from paraplan.step.blocks import model_blocks
-from paraplan.step.layer_shape import DENSE, expert_shape_of, layer_shape_from
 from paraplan.step.build import system_terms
-from paraplan.step.constants import at_zero_stage, batch_sync_s, stack_shape_fields
+from paraplan.step.constants import (
+    at_zero_stage,
+    batch_sync_s,
+    host_link_Bps,
+    stack_shape_fields,
+)
 from paraplan.step.compose import (
     GridKnobs,
     Stage,
@@ -82,8 +88,14 @@ from paraplan.step.stage_totals import (
     stage_plan_fields,
     stage_plan_flops,
     stage_plan_system,
-    stage_recompute_modules,
     stage_slices_peak_flops,
+)
+from paraplan.step.stage_plan_settings import (
+    common_of,
+    layer_shape_for,
+    stage_neighbours,
+    stage_recompute_mode,
+    stage_settings,
 )
 from paraplan.step.stage_links import (  # noqa: F401 (re-exported: the searches and the tests read them here)
     Common,
@@ -114,40 +126,18 @@ class StageCost:
 
 
 # ---- one stage -----------------------------------------------------------------------------------
-def layer_shape_for(common: Common, setting: StageSetting) -> LayerShape:
-    """A stage's layer shape (step.layer_shape.layer_shape_from): its tp, cp (with the run's cp_algorithm) and
-    micro-batch, its ep and etp with the run's MoE knobs (Common.expert), the modules it re-runs
-    (step.stage_totals.stage_recompute_modules: its per-op list's, else selective recompute's); each pool adds its stack's fields (``stage_arrays``)."""
-    return layer_shape_from(
-        setting.dims.tp,
-        setting.dims.cp,
-        setting.micro_batch,
-        common.seq_length,
-        common.sequence_parallel,
-        common.attention,
-        common.dtype,
-        expert=common.expert._replace(ep=setting.dims.ep, etp=setting.dims.etp),
-        recompute_modules=stage_recompute_modules(setting.recompute, setting.recompute_ops),
-        cp_algorithm=common.runtime.cp_algorithm,
-    )
-
-
-def _recompute_mode(setting: StageSetting) -> str:
-    """Per-op recompute is selective recompute of the modules the ops belong to (``recompute_modules_of``:
-    the op graph marks their ops re-run, graph.ops.mark_recomputed; memory drops what they store)."""
-    return "selective" if setting.recompute_ops else setting.recompute
-
-
 @dataclass(frozen=True)
 class StageArrays:
     """One stage setting over the model's whole block list: ``blocks`` (step.layout.RangeBlocks) gives the
     stage holding any range [a, b), so the estimator reads one range and the search (search/staged/hetero.py)
     every range at once; ``parts[pool]`` holds per-block BlockTerms seconds (index k = block k) on that pool's
-    GPUs, ``capacity`` the smallest GPU memory of its pools."""
+    GPUs, ``capacity`` the smallest GPU memory of its pools, ``host_capacity`` the smallest host memory per GPU
+    (specs.rules_offload.host_capacity_bytes) of its pools."""
 
     blocks: RangeBlocks
     parts: dict[str, dict[str, np.ndarray]]
     capacity: float
+    host_capacity: float
 
     @property
     def inputs(self) -> StepInputs:
@@ -178,7 +168,11 @@ def stage_arrays(
     )
     p2p_in, p2p_out = stage_p2p(cluster, common, setting, prev or wrap, nxt or wrap, sent)
     slowest = min(systems, key=lambda s: s.accelerator.hbm_rate())
-    terms = at_zero_stage(system_terms(slowest, common.dtype, common.runtime), common.zero)
+    terms = at_zero_stage(
+        system_terms(slowest, common.dtype, common.runtime), common.zero, common.offload_optimizer
+    )
+    # offload streams over the slowest host link among the stage's pools (as the slowest GPU sets its HBM)
+    terms["host_bandwidth"] = min(host_link_Bps(s.accelerator) for s in systems)
     # the gradient accumulation is the stack's resolved at the plan's ZeRO stage (at_zero_stage, as on a
     # uniform plan; DeepSpeed's BF16_Optimizer where step.constants.runs_bf16_optimizer), unless a training
     # stack the plan states sets its own (step.engines.ENGINE_STACKS: AMP's fp16 param.grad)
@@ -193,12 +187,8 @@ def stage_arrays(
     knobs = GridKnobs(
         vpp=common.vpp,
         **schedule_flags(common.schedule),
-        zero=common.zero,
-        overlap_dp_grad_reduce=common.overlap_dp_grad_reduce,
-        overlap_param_gather=common.overlap_param_gather,
-        offload_weights=False,
-        offload_activations=False,
-        offload_optimizer=False,
+        **{name: getattr(common, name) for name in STATE_FIELDS},
+        offload_activation_layers=common.offload_activation_layers,
     )
     inputs = StepInputs(
         stages=(),
@@ -212,6 +202,7 @@ def stage_arrays(
         blocks=RangeBlocks(units, block_prefix_counts(model), p2p_in, p2p_out, inputs),
         parts={pool: per_block_parts(model, u) for pool, u in units.items()},
         capacity=min(s.accelerator.hbm_capacity for s in systems),
+        host_capacity=min(host_capacity_bytes(s.accelerator.host_memory) for s in systems),
     )
 
 
@@ -231,7 +222,7 @@ def stage_pool_units(
         model,
         system,
         shape._replace(**stack_shape_fields(system)),
-        _recompute_mode(setting),
+        stage_recompute_mode(setting),
         dims.pp == 1,
         common.rules,
         common.overlap_tp_comm,
@@ -295,7 +286,9 @@ def range_matrices(arr: StageArrays, index: int) -> dict[str, np.ndarray]:
     return stage_terms(range_stage(arr.blocks, index), index)
 
 
-def stage_cost(stages: tuple[Stage, ...], index: int, capacity_bytes: float) -> StageCost:
+def stage_cost(
+    stages: tuple[Stage, ...], index: int, capacity_bytes: float, host_capacity_bytes: float
+) -> StageCost:
     """Parameters and memory of the stage at position ``index`` of ``stages`` (step.compose.stage_params;
     step.stage_memory.pipeline_stage_memory: as ``stage_terms`` reads them, or DualPipe's rank pairs)."""
     stage, terms = stages[index], pipeline_stage_memory(stages, index)
@@ -303,47 +296,9 @@ def stage_cost(stages: tuple[Stage, ...], index: int, capacity_bytes: float) -> 
         stage=index,
         **{k: float(v) for k, v in terms.items() if k != "peak_bytes"},
         capacity_bytes=capacity_bytes,
+        host_capacity_bytes=host_capacity_bytes,
     )
     return StageCost(float(stage_params(stage, "dense")), memory)
-
-
-def common_of(plan) -> Common:
-    """The plan-wide settings of a StagePlanSpec, or of a per-stage search problem stating the same fields
-    (search.staged.hetero.HeteroProblem, whose run-wide knobs are one RuntimeFields, ``runtime``)."""
-    runtime = getattr(plan, "runtime", None) or runtime_of(plan)
-    return Common(
-        plan.seq_length,
-        plan.dtype,
-        plan.attention,
-        plan.sequence_parallel,
-        plan.zero,
-        plan.schedule,
-        plan.overlap_dp_grad_reduce,
-        plan.engine,
-        engine_stack=getattr(plan, "engine_stack", None),
-        vpp=plan.vpp,
-        overlap_param_gather=plan.overlap_param_gather,
-        overlap_tp_comm=plan.overlap_tp_comm,
-        runtime=runtime,
-        # the run-wide MoE knobs (a per-stage search's problem states none: it searches dense models)
-        expert=expert_shape_of(plan, 1, 1) if hasattr(plan, "moe_dispatcher") else DENSE,
-    )
-
-
-def stage_settings(plan: StagePlanSpec, cluster: ClusterSpec) -> list[StageSetting]:
-    devices = stage_devices(plan, cluster)
-    return [
-        StageSetting(
-            tuple(devices[i]),
-            replace(s.dims, pp=plan.pp),
-            plan.stage_micro_batch(i),
-            s.recompute,
-            s.recompute_ops,
-            i,
-            plan.n_microbatches,
-        )
-        for i, s in enumerate(plan.stages)
-    ]
 
 
 def compose_stages(
@@ -390,7 +345,10 @@ def estimate_stage_plan(
     stages = tuple(
         stage_at(arr.blocks, st.index, a, b) for arr, st, (a, b) in zip(arrays, settings, ranges)
     )
-    costs = [stage_cost(stages, st.index, arr.capacity) for st, arr in zip(settings, arrays)]
+    costs = [
+        stage_cost(stages, st.index, arr.capacity, arr.host_capacity)
+        for st, arr in zip(settings, arrays)
+    ]
     tied = tied_embedding_sync_s(model, cluster, common, settings[0], settings[-1])
     step, breakdown, works, tails = compose_stages(stages, tied)
     summary = tuple(
@@ -404,7 +362,7 @@ def estimate_stage_plan(
             **({"ep": st.dims.ep, "etp": st.dims.etp} if model.is_moe else {}),
             "dp": st.dims.dp,
             "micro_batch": st.micro_batch,
-            "recompute": _recompute_mode(st),
+            "recompute": stage_recompute_mode(st),
         }
         for i, (st, (a, b)) in enumerate(zip(settings, ranges))
     )
@@ -449,7 +407,7 @@ def stage_early_stop_flops(
     [a, b) of step.blocks.model_blocks) on its shape, each pool with its system and stack fields
     (``stage_arrays``), the pools weighted by their GPUs (each GPU of the stage runs its share of the
     stage's tokens); 0 for a stage not fully recomputed."""
-    if _recompute_mode(setting) != "full":
+    if stage_recompute_mode(setting) != "full":
         return 0.0
     a, b = blocks
     held = Counter((ref.kind, ref.width) for ref in model_blocks(model)[a:b] if ref.is_layer)
@@ -469,18 +427,6 @@ def stage_early_stop_flops(
     if len({flops for _, flops in per_pool}) == 1:  # one value: itself, not a mean's rounding
         return per_pool[0][1]
     return sum(count * flops for count, flops in per_pool) / sum(count for count, _ in per_pool)
-
-
-def stage_neighbours(
-    settings: list[StageSetting], i: int, vpp: int
-) -> tuple[StageSetting | None, StageSetting | None, StageSetting | None]:
-    """(previous, next, wrapping) neighbours of stage i: the wrapping one only for an end stage of an
-    interleaved pipeline (vpp > 1: the last stage feeds the first stage's next chunk, step.p2p.exchanges)."""
-    pp = len(settings)
-    wrap = None
-    if vpp > 1 and pp > 1 and i in (0, pp - 1):
-        wrap = settings[pp - 1 - i]
-    return (settings[i - 1] if i else None, settings[i + 1] if i + 1 < pp else None, wrap)
 
 
 def runnable_problems(costs: list[StageCost]) -> tuple[str, ...]:

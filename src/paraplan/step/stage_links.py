@@ -79,6 +79,11 @@ class Common:
     runtime: RuntimeFields = RuntimeFields()
     # a mixture-of-experts model's run-wide knobs (step.layer_shape.expert_shape_of), each stage's ep and etp its own
     expert: ExpertShape = DENSE
+    # the run-wide offloads, a uniform plan's (specs.plan.STATE_FIELDS; offload_activation_layers 0: every layer)
+    offload_weights: bool = False
+    offload_activations: bool = False
+    offload_activation_layers: int = 0
+    offload_optimizer: bool = False
 
     @property
     def rules(self) -> EngineRules:

@@ -74,7 +74,7 @@ from paraplan.search.space import SearchProblem, distinct_orders, rows_per_micro
 from paraplan.search.table import TABLE_CACHES
 from paraplan.specs.moe_model import moe_shaped
 from paraplan.specs.recompute import MODES, mode_modules
-from paraplan.specs.rules import host_capacity_bytes
+from paraplan.specs.rules_offload import host_capacity_bytes
 from paraplan.step.build import (
     BLOCK_KINDS,
     EXPERT_FREE_KINDS,
