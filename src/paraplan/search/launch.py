@@ -58,7 +58,11 @@ from paraplan.specs.rules import (
     torchtitan_sequence_rule,
 )
 from paraplan.specs.rules_moe import deepspeed_experts_rule, torchtitan_experts_rule
-from paraplan.specs.rules_stack import engine_zero_rule
+from paraplan.specs.rules_stack import (
+    deepspeed_allreduce_fallback,
+    engine_dp_overlap_rule,
+    engine_zero_rule,
+)
 from paraplan.specs.split import default_first_last, grouped_split, stage_layer_counts
 
 if TYPE_CHECKING:
@@ -281,6 +285,8 @@ def state_allowed(
     if name == TORCHTITAN:
         return reduce and gather
     if engine_zero_rule(DEEPSPEED, zero, pp) or tp > 1 and zero == 3:  # engine.py:426
+        return False
+    if engine_dp_overlap_rule(DEEPSPEED, reduce, pp, deepspeed_allreduce_fallback(zero, False)):
         return False
     return zero == 0 or reduce == gather
 

@@ -19,6 +19,7 @@ from paraplan.cost.runtimes import (
 )
 from paraplan.graph.eager_modules import impl_key
 from paraplan.specs.plan import RuntimeFields
+from paraplan.specs.rules_stack import bf16_optimizer_dtype, deepspeed_allreduce_fallback
 from paraplan.specs.runtime import RuntimeCosts
 from paraplan.specs.system import SystemSpec
 from paraplan.step.dualpipe import pair_compute_share
@@ -131,7 +132,7 @@ def zero0_terms(system: SystemSpec, dtype: str) -> dict:
     dtype by default, which grad_reduce_dtype compute states). fp16 (the FP16 optimizers keep fp16
     gradients, runtime/fp16/fused_optimizer.py) and fp32 keep their gradients as with ZeRO."""
     runtime = system.accelerator.efficiency.runtime
-    if not runtime.zero0_bf16_optimizer or dtype in ("fp16", "fp32", "tf32"):
+    if not runtime.zero0_bf16_optimizer or not bf16_optimizer_dtype(dtype):
         return {}
     return {
         "grad_bytes": mem.state_bytes_per_param(dtype, "fp32", runtime.optimizer_state).gradients,
@@ -187,6 +188,27 @@ def runs_bf16_optimizer(zero, zero1: bool, offload_optimizer=False):
     one the BF16_Optimizer takes at all is zero0_terms' (empty where not)."""
     on_zero1 = (zero == 1) & np.logical_not(offload_optimizer) if zero1 else False
     return (zero == 0) | on_zero1
+
+
+def dp_reduce_fallback(
+    system: SystemSpec, dtype: str, runtime, zero: int, offload_optimizer: bool = False
+) -> bool:
+    """Whether a run of ``dtype`` on ``system`` under the run-wide knobs of ``runtime`` (None: their
+    defaults) at ZeRO stage ``zero`` reduces its data-parallel gradients after the backward on
+    DeepSpeedEngine (specs.rules_stack.deepspeed_allreduce_fallback): the stack runs DeepSpeed's engine
+    (efficiency.runtime.pipeline_engine deepspeed, or zero0_bf16_optimizer: DeepSpeed's optimizers) and
+    the stage is 0, or 1 where the BF16_Optimizer runs (runs_bf16_optimizer at zero 1 over the dtypes
+    zero0_terms takes). The fallback the uniform estimate (step.estimate) and the uniform search's state
+    options (search.grid_axes) give specs.rules_stack.engine_dp_overlap_rule."""
+    knobs = runtime if runtime is not None else _RUNTIME_DEFAULTS
+    stack = system.accelerator.efficiency.runtime
+    if not (stack.pipeline_engine == "deepspeed" or stack.zero0_bf16_optimizer):
+        return False
+    zero1 = knobs.grad_dtype == "fp32"
+    bf16 = bool(zero0_terms(system, dtype)) and bool(
+        runs_bf16_optimizer(1, zero1, offload_optimizer)
+    )
+    return deepspeed_allreduce_fallback(zero, bf16)
 
 
 def at_zero_stage(constants: dict, zero, offload_optimizer=False) -> dict:

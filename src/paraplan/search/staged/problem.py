@@ -24,6 +24,7 @@ from paraplan.specs.rules_stack import (
     stack_gpus_rule,
     stack_parallelism_rules,
 )
+from paraplan.specs.stage_plan import engine_reduce_fallback
 from paraplan.specs.uniform_stages import stage_engine
 from paraplan.step.per_stage import Common, StageSetting, common_of
 
@@ -80,7 +81,7 @@ class HeteroProblem:
             if getattr(self, name) is None:
                 object.__setattr__(self, name, precision[name])
         if self.overlap_dp_grad_reduce is None:
-            deepest = engine_dp_overlap_rule(self.engine, True, self.cluster.gpus)
+            deepest = engine_dp_overlap_rule(self.engine, True, self.cluster.gpus, _fallback(self))
             object.__setattr__(self, "overlap_dp_grad_reduce", deepest is None)
         if refused := accelerators_rules(accelerators, self.dtype, self.attention):
             raise InputError.from_violations([Violation(*r) for r in refused])
@@ -138,9 +139,20 @@ def depth_allowed(problem: HeteroProblem, pp: int) -> bool:
     per-stage searches list (search.staged.hetero, search.staged.non_uniform)."""
     return (
         engine_zero_rule(problem.engine, problem.zero, pp) is None
-        and engine_dp_overlap_rule(problem.engine, problem.overlap_dp_grad_reduce, pp) is None
+        and engine_dp_overlap_rule(
+            problem.engine, problem.overlap_dp_grad_reduce, pp, _fallback(problem)
+        )
+        is None
         and engine_schedule_rule(problem.engine, problem.schedule, problem.vpp, pp) is None
         and not _stack_refusals(problem, ParallelDims(pp=pp))
+    )
+
+
+def _fallback(problem: HeteroProblem) -> bool:
+    """specs.stage_plan.engine_reduce_fallback of the problem's engine, ZeRO stage, dtype and gradient
+    dtype: the per-stage plan's rule, so that its default and the searched plans agree."""
+    return engine_reduce_fallback(
+        problem.engine, problem.zero, problem.dtype, problem.runtime.grad_dtype
     )
 
 
