@@ -103,6 +103,19 @@ def engine_dp_overlap_rule(
     return None
 
 
+# the per-stage plan fields engine_reduce_fallback reads, in its order (specs.stage_plan)
+FALLBACK_FIELDS = ("zero", "dtype", "grad_dtype")
+
+
+def engine_reduce_fallback(engine: str, zero: int, dtype: str, grad_dtype: str) -> bool:
+    """Whether a per-stage plan (specs.stage_plan) or search (search.staged.problem) on ``engine``
+    reduces its data-parallel gradients after the backward (deepspeed_allreduce_fallback): DeepSpeed's engine at ZeRO 0, or at ZeRO 1 where
+    the BF16_Optimizer runs (a bf16-weight ``dtype``, bf16_optimizer_dtype, with ``grad_dtype`` fp32: the
+    zero-1 case of step.constants.runs_bf16_optimizer; a per-stage plan offloads no optimizer)."""
+    bf16_zero1 = bf16_optimizer_dtype(dtype) and grad_dtype == "fp32"
+    return engine == "deepspeed" and deepspeed_allreduce_fallback(zero, bf16_zero1)
+
+
 def engine_schedule_rule(engine: str, schedule: str, vpp: int, pp: int) -> str | None:
     """DeepSpeed's PipelineEngine runs one training schedule: PipelineEngine.train_batch builds
     ``schedule.TrainSchedule`` and nothing else (microsoft/DeepSpeed deepspeed/runtime/pipe/engine.py: line 280

@@ -66,9 +66,9 @@ from paraplan.specs.rules_moe import stage_expert_rule, stage_expert_violations,
 from paraplan.specs.rules_precision import accelerators_rules
 from paraplan.specs.rules_schedule import schedule_vpp_rule
 from paraplan.specs.rules_stack import (
-    bf16_optimizer_dtype,
-    deepspeed_allreduce_fallback,
+    FALLBACK_FIELDS,
     engine_dp_overlap_rule,
+    engine_reduce_fallback,
     engine_zero_rule,
     stack_gpus_rule,
     stack_parallelism_rules,
@@ -170,19 +170,6 @@ STACK_FACTS = {"amp2022": StackFacts("deepspeed", ("fp16",), ("dp", "tp", "pp"))
 STACK_ENGINES = {name: facts.engine for name, facts in STACK_FACTS.items()}
 
 
-# the plan fields engine_reduce_fallback reads, in its order
-_FALLBACK_FIELDS = ("zero", "dtype", "grad_dtype")
-
-
-def engine_reduce_fallback(engine: str, zero: int, dtype: str, grad_dtype: str) -> bool:
-    """Whether a per-stage plan on ``engine`` reduces its data-parallel gradients after the backward
-    (specs.rules_stack.deepspeed_allreduce_fallback): DeepSpeed's engine at ZeRO 0, or at ZeRO 1 where
-    the BF16_Optimizer runs (a bf16-weight ``dtype``, bf16_optimizer_dtype, with ``grad_dtype`` fp32: the
-    zero-1 case of step.constants.runs_bf16_optimizer; a per-stage plan offloads no optimizer)."""
-    bf16_zero1 = bf16_optimizer_dtype(dtype) and grad_dtype == "fp32"
-    return engine == "deepspeed" and deepspeed_allreduce_fallback(zero, bf16_zero1)
-
-
 class StagePlanSpec(RuntimeFields):
     """A whole non-uniform plan (module docstring). The run-wide implementation knobs (grad_dtype, fp8 weight
     copies, ZeRO-3 units and prefetch, cp_algorithm: specs.plan.RuntimeFields) and the overlap switches are a
@@ -247,7 +234,7 @@ class StagePlanSpec(RuntimeFields):
         if isinstance(data, dict) and "overlap_dp_grad_reduce" not in data:
             pp = len(data.get("stages") or ())
             engine = data.get("engine", "megatron")
-            fields = {k: data.get(k, cls.model_fields[k].default) for k in _FALLBACK_FIELDS}
+            fields = {k: data.get(k, cls.model_fields[k].default) for k in FALLBACK_FIELDS}
             fallback = engine_reduce_fallback(engine, *fields.values())
             refused = engine_dp_overlap_rule(engine, True, pp, fallback)
             return data | {"overlap_dp_grad_reduce": not refused}

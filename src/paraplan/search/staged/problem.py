@@ -19,12 +19,12 @@ from paraplan.specs.rules import per_stage_model_rule
 from paraplan.specs.rules_precision import accelerators_rules, cluster_default_precision
 from paraplan.specs.rules_stack import (
     engine_dp_overlap_rule,
+    engine_reduce_fallback,
     engine_schedule_rule,
     engine_zero_rule,
     stack_gpus_rule,
     stack_parallelism_rules,
 )
-from paraplan.specs.stage_plan import engine_reduce_fallback
 from paraplan.specs.uniform_stages import stage_engine
 from paraplan.step.per_stage import Common, StageSetting, common_of
 
@@ -149,7 +149,7 @@ def depth_allowed(problem: HeteroProblem, pp: int) -> bool:
 
 
 def _fallback(problem: HeteroProblem) -> bool:
-    """specs.stage_plan.engine_reduce_fallback of the problem's engine, ZeRO stage, dtype and gradient
+    """specs.rules_stack.engine_reduce_fallback of the problem's engine, ZeRO stage, dtype and gradient
     dtype: the per-stage plan's rule, so that its default and the searched plans agree."""
     return engine_reduce_fallback(
         problem.engine, problem.zero, problem.dtype, problem.runtime.grad_dtype
