@@ -197,7 +197,8 @@ class StagePlanSpec(RuntimeFields):
     overlap_dp_grad_reduce: bool = Field(
         True,
         description="DP gradient reduction overlaps backward (as specs.plan.PlanSpec); default: true, "
-        "false on DeepSpeed's PipelineEngine with pp > 1 (specs.rules_stack.engine_dp_overlap_rule)",
+        "false on DeepSpeed's PipelineEngine with pp > 1 and where DeepSpeedEngine reduces after the backward "
+        "(zero 0, the BF16_Optimizer at zero 1: specs.rules_stack.engine_dp_overlap_rule)",
     )
     overlap_param_gather: bool = Field(
         True, description="ZeRO parameter all-gather overlaps forward (as specs.plan.PlanSpec)"

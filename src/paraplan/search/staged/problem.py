@@ -42,7 +42,8 @@ class HeteroProblem:
     schedule: str = "1f1b"
     zero: int = 0
     # None: the value the engine runs at every depth the cluster allows (specs.rules_stack.
-    # engine_dp_overlap_rule: false on DeepSpeed's PipelineEngine, true otherwise), as a per-stage plan's default
+    # engine_dp_overlap_rule: false on DeepSpeed's PipelineEngine and where DeepSpeedEngine falls back, true
+    # otherwise), as a per-stage plan's default
     overlap_dp_grad_reduce: bool = None  # type: ignore[assignment]
     recompute: tuple[str, ...] = ("none", "full")
     micro_batches: tuple[int, ...] | None = (
