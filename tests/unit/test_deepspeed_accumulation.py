@@ -1,9 +1,11 @@
 """The gradient accumulation DeepSpeed's optimizers run at ZeRO 0 and 1 where the BF16_Optimizer does not
 (step.constants.zero01_accumulation_bytes, resolved per candidate by at_zero_stage / zero_stage_values): the
 FP16 optimizers (fp16, no ZeRO), the basic optimizer (fp32) and the ZeRO-1 optimizer keep the model-dtype
-param.grad into which autograd adds every micro-batch (3 x its bytes), and the ZeRO-1 optimizer with an fp32
-gradient_accumulation_dtype on a 2-byte model casts and adds into fp32 grad_accum (18 B); ZeRO 2/3 keep the
-stack's value (megatron-deepspeed's profile field, 18 B; none under deepspeed). Bytes by hand."""
+param.grad into which autograd adds every micro-batch but the first (3 x its bytes; the gradients are None
+after each step, so AccumulateGrad takes the first without an add), and the ZeRO-1 optimizer with an fp32
+gradient_accumulation_dtype on a 2-byte model casts and adds into fp32 grad_accum (18 B; the first
+micro-batch casts only, 6 B); ZeRO 2/3 keep the stack's value (megatron-deepspeed's profile field, 18 B;
+none under deepspeed). Bytes by hand."""
 
 from __future__ import annotations
 
@@ -13,7 +15,12 @@ import pytest
 from paraplan.api import estimate
 from paraplan.catalog import load_framework, load_system
 from paraplan.cost.frameworks import framework_system
-from paraplan.cost.runtimes import param_grad_accumulation_bytes, separate_grad_accum_bytes
+from paraplan.cost.runtimes import (
+    accumulation_bytes_per_microbatch,
+    param_grad_accumulation_bytes,
+    separate_grad_accum_bytes,
+    separate_grad_accum_first_bytes,
+)
 from paraplan.specs.plan import RuntimeFields
 from paraplan.step.constants import (
     at_zero_stage,
@@ -36,21 +43,29 @@ def test_the_passes_by_hand():
     assert param_grad_accumulation_bytes(2.0) == 6.0
     assert param_grad_accumulation_bytes(4.0) == 12.0
     assert separate_grad_accum_bytes() == 18.0
+    assert separate_grad_accum_first_bytes() == 6.0  # the first micro-batch: the cast alone
+
+
+def test_the_step_spread_over_its_microbatches():
+    """m·g − s over m micro-batches: fp16 param.grad, m = 2: one add of 6 B in the step (3 B each);
+    grad_accum, m = 4: 6 + 3·18 = 60 B in the step (15 B each); m = 1: the cast alone."""
+    assert accumulation_bytes_per_microbatch(6.0, 6.0, 2) == 3.0
+    assert accumulation_bytes_per_microbatch(18.0, 12.0, 4) == 15.0
+    assert accumulation_bytes_per_microbatch(18.0, 12.0, 1) == 6.0
+    m = np.array([1, 2, 8])
+    assert accumulation_bytes_per_microbatch(12.0, 12.0, m).tolist() == [0.0, 6.0, 10.5]
 
 
 @pytest.mark.parametrize(
     "dtype, grad_dtype, cells",
     [
-        ("bf16", "bf16", (6.0, 6.0)),
-        (
-            "bf16",
-            "fp32",
-            (6.0, 18.0),
-        ),  # zero 1 fp32 offloaded: grad_accum (the BF16_Optimizer's cell else)
-        ("fp16", "bf16", (6.0, 6.0)),  # "bf16" stands for the model's 2-byte dtype
-        ("fp16", "fp32", (6.0, 18.0)),
-        ("fp32", "fp32", (12.0, 12.0)),
-        ("fp32", "bf16", (12.0, 12.0)),
+        ("bf16", "bf16", ((6.0, 6.0), (6.0, 6.0))),
+        # zero 1 fp32 offloaded: grad_accum (the BF16_Optimizer's cell else)
+        ("bf16", "fp32", ((6.0, 6.0), (18.0, 12.0))),
+        ("fp16", "bf16", ((6.0, 6.0), (6.0, 6.0))),  # "bf16" stands for the model's 2-byte dtype
+        ("fp16", "fp32", ((6.0, 6.0), (18.0, 12.0))),
+        ("fp32", "fp32", ((12.0, 12.0), (12.0, 12.0))),
+        ("fp32", "bf16", ((12.0, 12.0), (12.0, 12.0))),
     ],
 )
 def test_cells_by_dtype(dtype, grad_dtype, cells):
@@ -94,17 +109,21 @@ def test_megatron_deepspeed_by_zero_stage(dtype, grad_dtype, by_zero):
 
 
 def test_the_bound_takes_the_least_cell():
-    """step.compose.pipeline_bound_s prices a group with the least of each term over the ZeRO stages."""
+    """step.compose.pipeline_bound_s prices a group with the least of each term over the ZeRO stages, the
+    accumulation spread over the step's micro-batches (zero 1's bf16 param.grad at m = 4: 6 − 6/4)."""
     terms = system_terms(_system("megatron-deepspeed"), "bf16", RuntimeFields(grad_dtype="bf16"))
-    least = least_zero_stage_terms(at_zero_stage(terms, 0)["zero_stage_terms"])
-    assert least["grad_accumulation_bytes"] == 6.0
+    least = least_zero_stage_terms(at_zero_stage(terms, 0)["zero_stage_terms"], 4)
+    assert least["grad_accumulation_bytes"] == 4.5
+    assert least["grad_accumulation_first_saving_bytes"] == 0.0
     assert (least["grad_bytes"], least["grad_reduce_bytes"]) == (2.0, 2.0)
 
 
 def test_fp16_zero1_pays_autograds_pass_by_hand():
     """gpt3-1.3b on 8 H100s, micro-batch 4, global batch 64, fp16 at ZeRO 1 under deepspeed: m = 2
-    micro-batches, each adding P·6 B into the fp16 param.grad at the HBM rate (cost.runtimes.grad_accumulation_s),
-    against the same stack without DeepSpeed's optimizers (zero0_bf16_optimizer false: no pass)."""
+    micro-batches, the first's gradient taken by AccumulateGrad (param.grad None after the step's
+    zero_grad), the second adding P·6 B into the fp16 param.grad at the HBM rate
+    (cost.runtimes.grad_accumulation_s): one add per step, against the same stack without DeepSpeed's
+    optimizers (zero0_bf16_optimizer false: no pass)."""
     fields = {"zero": 1, "dtype": "fp16", **PLAN}
     on = estimate("gpt3-1.3b", H100, framework="deepspeed", **fields)
     off = estimate(
@@ -114,6 +133,6 @@ def test_fp16_zero1_pays_autograds_pass_by_hand():
         **fields,
     )
     params = on.stages[0].weights_bytes / 2.0
-    by_hand = 2 * params * 6.0 / _system("deepspeed").accelerator.hbm_rate()
-    assert by_hand == pytest.approx(0.0055529, rel=1e-3)
+    by_hand = params * 6.0 / _system("deepspeed").accelerator.hbm_rate()
+    assert by_hand == pytest.approx(0.0027765, rel=1e-3)
     assert on.breakdown.backward_s - off.breakdown.backward_s == pytest.approx(by_hand, rel=1e-9)

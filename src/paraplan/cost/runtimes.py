@@ -247,6 +247,31 @@ def separate_grad_accum_bytes() -> float:
     return bf16_optimizer_accumulation_bytes()
 
 
+def separate_grad_accum_first_bytes() -> float:
+    """HBM bytes per parameter ``fill_grad_accum_attribute`` moves on the first micro-batch of a step, where
+    ``param.grad_accum`` is None: ``param.grad_accum = param.grad.to(fp32)``, the cast alone (read 2,
+    write 4 = 6), no add (deepspeed/runtime/zero/stage_1_and_2.py at 0050fdad, line 860;
+    DeepSpeedZeroOptimizer.zero_grad sets ``p.grad_accum = None`` after each step, line 1623). So a step
+    of m micro-batches moves 6 + 18·(m − 1) bytes per parameter (``separate_grad_accum_bytes`` the others')."""
+    return 2.0 + 4.0
+
+
+def accumulation_bytes_per_microbatch(pass_bytes, first_saving_bytes, microbatches):
+    """Mean HBM bytes per parameter and micro-batch of a gradient accumulation over a step of m =
+    ``microbatches`` micro-batches, each moving ``pass_bytes`` except the first, which moves
+    ``first_saving_bytes`` fewer: g − s/m, the step's m·g − s spread over its micro-batches (the
+    composition prices the accumulation per micro-batch: step.compose.runtime_work). Where gradients
+    are set to None after each step, the first micro-batch's pass is no add: DeepSpeed's FP16 optimizers
+    (runtime/fp16/fused_optimizer.py zero_grad(set_to_none=True), line 135 at 0050fdad), DeepSpeedEngine's
+    own zero_grad (``param.grad = None``, engine.py line 2054) and the ZeRO-1 optimizer's (stage_1_and_2.py
+    line 1623) leave ``param.grad`` undefined, and PyTorch's AccumulateGrad then takes the fresh gradient
+    as ``variable.grad`` without a copy or an add (torch/csrc/autograd/functions/accumulate_grad.h,
+    accumulateGrad: "if (!variable_grad.defined())", stealing ``new_grad``): s = the whole pass
+    (``param_grad_accumulation_bytes``); ``fill_grad_accum_attribute`` casts only
+    (s = 18 − ``separate_grad_accum_first_bytes``). Floats or arrays."""
+    return pass_bytes - first_saving_bytes / microbatches
+
+
 def fp16_param_grad_accumulation_bytes() -> float:
     """HBM bytes per parameter that autograd moves adding one micro-batch's fp16 gradient into the fp16
     ``param.grad`` held across micro-batches: 2 + 2 + 2 = 6 (read the held and the fresh gradient, write the

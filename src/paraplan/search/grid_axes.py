@@ -40,6 +40,7 @@ from paraplan.specs.split import (
     stage_layer_counts,
 )
 from paraplan.step import schedules
+from paraplan.step.constants import dp_reduce_fallback
 
 SCHEDULES: tuple[str, ...] = get_args(Schedule)
 # searched by default for the models DeepSeek-V3-class training uses them on (experts, MLA, MTP);
@@ -218,16 +219,25 @@ class GridAxes:
         index asks for every (pp, m, dp·cp) of its rows."""
         engine = self.system.accelerator.efficiency.runtime.pipeline_engine
         if dp_size == 1:  # no reduction to overlap: the switch as the pipeline runtime takes it
-            return [StateOption(0, not engine_dp_overlap_rule(engine, True, pp), True)]
+            refused = engine_dp_overlap_rule(engine, True, pp, self._fallback(0))
+            return [StateOption(0, not refused, True)]
         memo = self._memo.setdefault("state_options", {})
         if (dp_size, pp) not in memo:
             tp = max(self.gpus // (pp * dp_size), 1)  # DeepSpeed's (cp = 1) tensor-parallel size
             fp8_primary = self.dtype == "fp8" and not self.runtime.fp8_weight_copies
+            # where DeepSpeedEngine reduces after the backward, the overlap it runs: false
+            stated = self._state_options(dp_size)
+            ran = [
+                o._replace(overlap_dp_grad_reduce=False) if self._fallback(o.zero) else o
+                for o in stated
+            ]
             memo[(dp_size, pp)] = tuple(
                 o
-                for o in self._state_options(dp_size)
+                for o in dict.fromkeys(ran)
                 if not engine_zero_rule(engine, o.zero, pp)
-                and not engine_dp_overlap_rule(engine, o.overlap_dp_grad_reduce, pp)
+                and not engine_dp_overlap_rule(
+                    engine, o.overlap_dp_grad_reduce, pp, self._fallback(o.zero)
+                )
                 and launch.state_allowed(
                     self.framework,
                     o.zero,
@@ -239,6 +249,11 @@ class GridAxes:
                 )
             )
         return list(memo[(dp_size, pp)])
+
+    def _fallback(self, zero: int) -> bool:
+        """step.constants.dp_reduce_fallback at ZeRO stage ``zero`` with the optimizer on the GPU (the
+        state options precede the offload ones: the BF16_Optimizer's zero-1 case refused for both)."""
+        return dp_reduce_fallback(self.system, self.dtype, self.runtime, zero)
 
     def _state_options(self, dp_size: int) -> list[StateOption]:
         """state_options at any depth."""

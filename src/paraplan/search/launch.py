@@ -23,7 +23,8 @@ independently, the knob is left out whole, so each filtered space is a subset of
   dispatcher over ep dividing dp·cp·tp; offloads left out (its CPU offload moves weights and optimizer
   state together, with ZeRO 3 only).
 - DeepSpeed v0.16.4: no context parallelism, AutoTP without sequence parallelism or TP overlap, 1F1B,
-  ZeRO 0/1 with pipeline stages, no ZeRO 3 with AutoTP, one overlap switch for both DP overlaps,
+  ZeRO 0/1 with pipeline stages, no ZeRO 3 with AutoTP, one overlap switch for both DP overlaps, no DP
+  overlap at ZeRO 0 (DeepSpeedEngine's buffered_allreduce_fallback: specs.rules_stack.engine_dp_overlap_rule),
   recomputation none or full, no experts split (DeepSpeed-MoE is set in the model script), 1D tensor
   parallelism, the default split and rank order; offloads left out.
 
@@ -58,7 +59,11 @@ from paraplan.specs.rules import (
     torchtitan_sequence_rule,
 )
 from paraplan.specs.rules_moe import deepspeed_experts_rule, torchtitan_experts_rule
-from paraplan.specs.rules_stack import engine_zero_rule
+from paraplan.specs.rules_stack import (
+    deepspeed_allreduce_fallback,
+    engine_dp_overlap_rule,
+    engine_zero_rule,
+)
 from paraplan.specs.split import default_first_last, grouped_split, stage_layer_counts
 
 if TYPE_CHECKING:
@@ -281,6 +286,8 @@ def state_allowed(
     if name == TORCHTITAN:
         return reduce and gather
     if engine_zero_rule(DEEPSPEED, zero, pp) or tp > 1 and zero == 3:  # engine.py:426
+        return False
+    if engine_dp_overlap_rule(DEEPSPEED, reduce, pp, deepspeed_allreduce_fallback(zero, False)):
         return False
     return zero == 0 or reduce == gather
 

@@ -36,28 +36,84 @@ def engine_zero_rule(engine: str, zero: int, pp: int) -> str | None:
     return None
 
 
-def engine_dp_overlap_rule(engine: str, overlap_dp_grad_reduce: bool, pp: int) -> str | None:
-    """DeepSpeed's PipelineEngine never overlaps the data-parallel gradient reduction with the backward:
-    its constructor sets ``enable_backward_allreduce = False`` ("We schedule the all-reduces"), and
-    TrainSchedule issues ReduceTiedGrads and ReduceGrads after the last backward, whose
-    ``_exec_reduce_grads`` raises the accumulation boundary only around its own reduction
+def bf16_optimizer_dtype(dtype: str) -> bool:
+    """Whether DeepSpeed's BF16_Optimizer can take a run of ``dtype``: bf16 weights (bf16, and the fp8 / FP4
+    recipes over bf16 weights; DeepSpeedEngine has no fp8 path), not fp16 (the FP16 optimizers) nor
+    fp32 / tf32 (the basic optimizer): DeepSpeedEngine._do_optimizer_sanity_check returns BFLOAT16 for
+    ``model_dtype == torch.bfloat16`` only (deepspeed/runtime/engine.py at 0050fdad). The one reading of
+    that dtype test: step.constants.zero0_terms and the per-stage plan's overlap rule (specs.stage_plan)."""
+    return dtype not in ("fp16", "fp32", "tf32")
+
+
+def deepspeed_allreduce_fallback(zero: int, bf16_optimizer_zero1: bool) -> bool:
+    """Whether DeepSpeedEngine reduces the data-parallel gradients with ``buffered_allreduce_fallback``
+    after the backward returns, so that nothing overlaps the backward: at ZeRO stage ``zero`` 0 (the
+    FP16, basic and BF16 optimizers), and at ZeRO 1 where the BF16_Optimizer runs
+    (``bf16_optimizer_zero1``: step.constants.runs_bf16_optimizer's zero-1 case).
+
+    deepspeedai/DeepSpeed deepspeed/runtime/engine.py at 0050fdad: DeepSpeedEngine.backward runs
+    the optimizer's (or autograd's) backward and only then, under ``enable_backward_allreduce``, calls
+    ``allreduce_gradients`` (lines 1974-2000); allreduce_gradients calls
+    ``overlapping_partition_gradients_reduce_epilogue`` for ZeRO 2/3, ``optimizer.reduce_gradients``
+    at the boundary for ZeRO 1 where the optimizer has one, else ``buffered_allreduce_fallback``
+    (lines 1914-1928). The BF16_Optimizer (runtime/bf16_optimizer.py) has no reduce_gradients and
+    installs no gradient hooks. ZeRO 1 under DeepSpeedZeroOptimizer with overlap_comm (its
+    reduce_ready_partitions_and_remove_grads hooks reduce during the last micro-batch's backward,
+    runtime/zero/stage_1_and_2.py) and ZeRO 2/3 (hooks every micro-batch) are not a fallback."""
+    return zero == 0 or (zero == 1 and bf16_optimizer_zero1)
+
+
+def engine_dp_overlap_rule(
+    engine: str, overlap_dp_grad_reduce: bool, pp: int, fallback: bool = False
+) -> str | None:
+    """DeepSpeed never overlaps the data-parallel gradient reduction with the backward on its
+    PipelineEngine (pp > 1), nor, at any depth, where DeepSpeedEngine falls back to reducing after the
+    backward (``fallback``: the stack runs DeepSpeed's engine and deepspeed_allreduce_fallback holds at
+    the plan's ZeRO stage; the caller decides, step.constants.dp_reduce_fallback for a uniform plan).
+
+    PipelineEngine: its constructor sets ``enable_backward_allreduce = False`` ("We schedule the
+    all-reduces"), and TrainSchedule issues ReduceTiedGrads and ReduceGrads after the last backward,
+    whose ``_exec_reduce_grads`` raises the accumulation boundary only around its own reduction
     (``_force_grad_boundary``; ``is_gradient_accumulation_boundary`` returns it), so ZeRO-1's
     overlap_comm hooks, which reduce only at that boundary below stage 2
     (``reduce_ready_partitions_and_remove_grads``), do nothing during the backward passes
     (deepspeedai/DeepSpeed deepspeed/runtime/pipe/engine.py and runtime/zero/stage_1_and_2.py at
-    0050fdad; the same at v0.16.4 e2dc3eeb). With pp > 1 the deepspeed engine takes
-    overlap_dp_grad_reduce false only; at pp = 1 DeepSpeedEngine runs, whose ZeRO hooks (overlap_comm)
-    reduce during the last micro-batch's backward. ``engine``: as engine_zero_rule's. The uniform
-    estimate (step.estimate), the per-stage plan (specs.stage_plan, whose default is this rule's
-    allowed value), the uniform search's state options (search.grid_axes) and the per-stage searches'
-    depths (search.staged.problem.depth_allowed) all ask it."""
-    if engine == "deepspeed" and pp > 1 and overlap_dp_grad_reduce:
+    0050fdad; the same at v0.16.4 e2dc3eeb). At pp = 1 DeepSpeedEngine runs: its ZeRO-1 hooks
+    (overlap_comm, DeepSpeedZeroOptimizer) reduce during the last micro-batch's backward and ZeRO 2/3's
+    during every one, but ZeRO 0 and the BF16_Optimizer at ZeRO 1 reduce after it
+    (deepspeed_allreduce_fallback). Where either holds the stack takes overlap_dp_grad_reduce false
+    only. ``engine``: as engine_zero_rule's. The uniform estimate (step.estimate), the per-stage plan
+    (specs.stage_plan, whose default is this rule's allowed value), the uniform search's state options
+    (search.grid_axes, search.launch.state_allowed) and the per-stage searches (search.staged.problem)
+    all ask it."""
+    if not overlap_dp_grad_reduce:
+        return None
+    if engine == "deepspeed" and pp > 1:
         return (
             f"DeepSpeed's PipelineEngine (pipeline engine deepspeed) reduces the data-parallel "
             f"gradients after the last backward (enable_backward_allreduce = False) with pp={pp}; "
             "allowed: false (or pp=1)"
         )
+    if fallback:
+        return (
+            "DeepSpeedEngine reduces the data-parallel gradients after the backward "
+            "(buffered_allreduce_fallback) at ZeRO 0 and under the BF16_Optimizer at ZeRO 1; "
+            "allowed: false"
+        )
     return None
+
+
+# the per-stage plan fields engine_reduce_fallback reads, in its order (specs.stage_plan)
+FALLBACK_FIELDS = ("zero", "dtype", "grad_dtype")
+
+
+def engine_reduce_fallback(engine: str, zero: int, dtype: str, grad_dtype: str) -> bool:
+    """Whether a per-stage plan (specs.stage_plan) or search (search.staged.problem) on ``engine``
+    reduces its data-parallel gradients after the backward (deepspeed_allreduce_fallback): DeepSpeed's engine at ZeRO 0, or at ZeRO 1 where
+    the BF16_Optimizer runs (a bf16-weight ``dtype``, bf16_optimizer_dtype, with ``grad_dtype`` fp32: the
+    zero-1 case of step.constants.runs_bf16_optimizer; a per-stage plan offloads no optimizer)."""
+    bf16_zero1 = bf16_optimizer_dtype(dtype) and grad_dtype == "fp32"
+    return engine == "deepspeed" and deepspeed_allreduce_fallback(zero, bf16_zero1)
 
 
 def engine_schedule_rule(engine: str, schedule: str, vpp: int, pp: int) -> str | None:

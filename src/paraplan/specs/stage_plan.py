@@ -67,7 +67,9 @@ from paraplan.specs.rules_offload import offload_layers_rule, pool_offload_viola
 from paraplan.specs.rules_precision import accelerators_rules
 from paraplan.specs.rules_schedule import schedule_vpp_rule
 from paraplan.specs.rules_stack import (
+    FALLBACK_FIELDS,
     engine_dp_overlap_rule,
+    engine_reduce_fallback,
     engine_zero_rule,
     stack_gpus_rule,
     stack_parallelism_rules,
@@ -196,7 +198,8 @@ class StagePlanSpec(RuntimeFields):
     overlap_dp_grad_reduce: bool = Field(
         True,
         description="DP gradient reduction overlaps backward (as specs.plan.PlanSpec); default: true, "
-        "false on DeepSpeed's PipelineEngine with pp > 1 (specs.rules_stack.engine_dp_overlap_rule)",
+        "false on DeepSpeed's PipelineEngine with pp > 1 and where DeepSpeedEngine reduces after the backward "
+        "(zero 0, the BF16_Optimizer at zero 1: specs.rules_stack.engine_dp_overlap_rule)",
     )
     overlap_param_gather: bool = Field(
         True, description="ZeRO parameter all-gather overlaps forward (as specs.plan.PlanSpec)"
@@ -237,7 +240,10 @@ class StagePlanSpec(RuntimeFields):
         if isinstance(data, dict) and "overlap_dp_grad_reduce" not in data:
             pp = len(data.get("stages") or ())
             engine = data.get("engine", "megatron")
-            return data | {"overlap_dp_grad_reduce": not engine_dp_overlap_rule(engine, True, pp)}
+            fields = {k: data.get(k, cls.model_fields[k].default) for k in FALLBACK_FIELDS}
+            fallback = engine_reduce_fallback(engine, *fields.values())
+            refused = engine_dp_overlap_rule(engine, True, pp, fallback)
+            return data | {"overlap_dp_grad_reduce": not refused}
         return data
 
     @model_validator(mode="after")
@@ -259,7 +265,8 @@ class StagePlanSpec(RuntimeFields):
         if rule := engine_zero_rule(self.engine, self.zero, len(self.stages)):
             raise ValueError(rule)
         overlap = self.overlap_dp_grad_reduce
-        if rule := engine_dp_overlap_rule(self.engine, overlap, len(self.stages)):
+        fallback = engine_reduce_fallback(self.engine, self.zero, self.dtype, self.grad_dtype)
+        if rule := engine_dp_overlap_rule(self.engine, overlap, len(self.stages), fallback):
             raise ValueError(f"overlap_dp_grad_reduce={overlap}: {rule}")
         if self.engine_stack is not None and STACK_ENGINES[self.engine_stack] != self.engine:
             ran_on = STACK_ENGINES[self.engine_stack]

@@ -35,7 +35,7 @@ from paraplan.cost.elementwise import (
     where,
     where_all,
 )
-from paraplan.cost.runtimes import grad_accumulation_s
+from paraplan.cost.runtimes import accumulation_bytes_per_microbatch, grad_accumulation_s
 
 # re-exported: the builders, the search and the tests read the composition's names here
 from paraplan.step.block_terms import (  # noqa: F401
@@ -193,7 +193,9 @@ def runtime_work(inp: StepInputs, stage: Stage, work: dict[str, Num]) -> dict[st
     DeepSpeed's PipelineEngine, cost.runtimes.batch_sync_idle_s); and the runtime's gradient accumulation in
     its backward: every parameter of the stage, after every micro-batch's backward, on the compute stream
     (cost.runtimes.grad_accumulation_s of StepInputs.grad_accumulation_bytes, the one rule of every stack:
-    cost.runtimes.GRAD_ACCUMULATION_BYTES). The per-stage search reads the same work
+    cost.runtimes.GRAD_ACCUMULATION_BYTES), less the first micro-batch's saving spread over the step's
+    micro-batches where one is stated (StepInputs.grad_accumulation_first_saving_bytes,
+    cost.runtimes.accumulation_bytes_per_microbatch). The per-stage search reads the same work
     (step.per_stage.stage_terms)."""
     own = stage.inputs or inp
     if any_positive(own.p2p_overlap):
@@ -205,9 +207,11 @@ def runtime_work(inp: StepInputs, stage: Stage, work: dict[str, Num]) -> dict[st
     if not any_positive(own.grad_accumulation_bytes):
         return work
     params = sum_blocks(stage, lambda b: b.params)
-    work["backward"] = work["backward"] + grad_accumulation_s(
-        params, own.grad_accumulation_bytes, own.hbm_rate
-    )
+    per_microbatch = own.grad_accumulation_bytes
+    if any_positive(own.grad_accumulation_first_saving_bytes):  # the first micro-batch's saving
+        saving = own.grad_accumulation_first_saving_bytes
+        per_microbatch = accumulation_bytes_per_microbatch(per_microbatch, saving, inp.microbatches)
+    work["backward"] = work["backward"] + grad_accumulation_s(params, per_microbatch, own.hbm_rate)
     return work
 
 
@@ -346,7 +350,7 @@ def pipeline_bound_s(inp: StepInputs) -> Num:
     (step.constants.least_zero_stage_terms), every time term
     being non-decreasing in them: then it bounds the candidates of every ZeRO stage alike."""
     if inp.zero_stage_terms:
-        inp = replace(inp, **least_zero_stage_terms(inp.zero_stage_terms))
+        inp = replace(inp, **least_zero_stage_terms(inp.zero_stage_terms, inp.microbatches))
     return _breakdown(_pipeline(inp), 0.0, 0.0, 0.0)["step_time_s"]
 
 

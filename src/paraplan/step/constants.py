@@ -12,13 +12,16 @@ from paraplan.cost.elementwise import where
 from paraplan.cost.quantisation import weight_quantisation_bytes
 from paraplan.cost.runtimes import (
     GRAD_ACCUMULATION_BYTES,
+    accumulation_bytes_per_microbatch,
     batch_sync_idle_s,
     fsdp_copy_bytes,
     param_grad_accumulation_bytes,
     separate_grad_accum_bytes,
+    separate_grad_accum_first_bytes,
 )
 from paraplan.graph.eager_modules import impl_key
 from paraplan.specs.plan import RuntimeFields
+from paraplan.specs.rules_stack import bf16_optimizer_dtype, deepspeed_allreduce_fallback
 from paraplan.specs.runtime import RuntimeCosts
 from paraplan.specs.system import SystemSpec
 from paraplan.step.dualpipe import pair_compute_share
@@ -137,7 +140,7 @@ def zero0_terms(system: SystemSpec, dtype: str) -> dict:
     dtype by default, which grad_reduce_dtype compute states). fp16 (the FP16 optimizers keep fp16
     gradients, runtime/fp16/fused_optimizer.py) and fp32 keep their gradients as with ZeRO."""
     runtime = system.accelerator.efficiency.runtime
-    if not runtime.zero0_bf16_optimizer or dtype in ("fp16", "fp32", "tf32"):
+    if not runtime.zero0_bf16_optimizer or not bf16_optimizer_dtype(dtype):
         return {}
     return {
         "grad_bytes": mem.state_bytes_per_param(dtype, "fp32", runtime.optimizer_state).gradients,
@@ -149,11 +152,15 @@ def zero0_terms(system: SystemSpec, dtype: str) -> dict:
 
 
 def zero01_accumulation_bytes(system: SystemSpec, dtype: str, runtime=None) -> tuple:
-    """(at ZeRO 0, at ZeRO 1): HBM bytes per parameter and micro-batch of the gradient accumulation
-    DeepSpeed's optimizers run where the BF16_Optimizer does not (runs_bf16_optimizer; its 18 B are
-    zero0_terms'), for a run of ``dtype`` on ``system`` under the run-wide knobs of ``runtime`` (None: their
-    defaults); () where the stack does not run DeepSpeed's optimizers (efficiency.runtime.zero0_bf16_optimizer
-    false) and for ZeRO 2/3 (the stack's grad_accumulation_bytes, unread: docs/model.md).
+    """(at ZeRO 0, at ZeRO 1), each (bytes, first_saving): HBM bytes per parameter of the gradient
+    accumulation pass DeepSpeed's optimizers run after a micro-batch's backward where the BF16_Optimizer
+    does not (runs_bf16_optimizer; its 18 B every micro-batch are zero0_terms'), and the bytes the step's
+    first micro-batch saves of it (cost.runtimes.accumulation_bytes_per_microbatch: the gradients are None
+    after each step, so autograd takes the first gradient without an add, and fill_grad_accum_attribute
+    only casts it), for a run of ``dtype`` on ``system`` under the run-wide knobs of ``runtime`` (None:
+    their defaults); () where the stack does not run DeepSpeed's optimizers
+    (efficiency.runtime.zero0_bf16_optimizer false) and for ZeRO 2/3 (the stack's grad_accumulation_bytes,
+    unread: docs/model.md).
 
     DeepSpeedEngine._do_optimizer_sanity_check and _configure_optimizer (deepspeed/runtime/engine.py at
     v0.16.4 e2dc3eeb; the same at 0050fdad): without ZeRO an fp16 model runs the FP16 optimizers
@@ -170,9 +177,13 @@ def zero01_accumulation_bytes(system: SystemSpec, dtype: str, runtime=None) -> t
     if not system.accelerator.efficiency.runtime.zero0_bf16_optimizer:
         return ()
     model_bytes = mem.compute_copy_bytes(dtype)
-    at0 = param_grad_accumulation_bytes(model_bytes)
+    add = param_grad_accumulation_bytes(model_bytes)
+    at0 = (add, add)  # the first micro-batch's gradient stolen: no pass
     separate = knobs.grad_dtype == "fp32" and model_bytes < 4.0
-    return (at0, separate_grad_accum_bytes() if separate else at0)
+    if not separate:
+        return (at0, at0)
+    grad_accum = separate_grad_accum_bytes()
+    return (at0, (grad_accum, grad_accum - separate_grad_accum_first_bytes()))
 
 
 def runs_bf16_optimizer(zero, zero1: bool, offload_optimizer=False):
@@ -193,6 +204,27 @@ def runs_bf16_optimizer(zero, zero1: bool, offload_optimizer=False):
     one the BF16_Optimizer takes at all is zero0_terms' (empty where not)."""
     on_zero1 = (zero == 1) & np.logical_not(offload_optimizer) if zero1 else False
     return (zero == 0) | on_zero1
+
+
+def dp_reduce_fallback(
+    system: SystemSpec, dtype: str, runtime, zero: int, offload_optimizer: bool = False
+) -> bool:
+    """Whether a run of ``dtype`` on ``system`` under the run-wide knobs of ``runtime`` (None: their
+    defaults) at ZeRO stage ``zero`` reduces its data-parallel gradients after the backward on
+    DeepSpeedEngine (specs.rules_stack.deepspeed_allreduce_fallback): the stack runs DeepSpeed's engine
+    (efficiency.runtime.pipeline_engine deepspeed, or zero0_bf16_optimizer: DeepSpeed's optimizers) and
+    the stage is 0, or 1 where the BF16_Optimizer runs (runs_bf16_optimizer at zero 1 over the dtypes
+    zero0_terms takes). The fallback the uniform estimate (step.estimate) and the uniform search's state
+    options (search.grid_axes) give specs.rules_stack.engine_dp_overlap_rule."""
+    knobs = runtime if runtime is not None else _RUNTIME_DEFAULTS
+    stack = system.accelerator.efficiency.runtime
+    if not (stack.pipeline_engine == "deepspeed" or stack.zero0_bf16_optimizer):
+        return False
+    zero1 = knobs.grad_dtype == "fp32"
+    bf16 = bool(zero0_terms(system, dtype)) and bool(
+        runs_bf16_optimizer(1, zero1, offload_optimizer)
+    )
+    return deepspeed_allreduce_fallback(zero, bf16)
 
 
 def at_zero_stage(constants: dict, zero, offload_optimizer=False) -> dict:
@@ -229,24 +261,33 @@ def zero_stage_values(zero_stage_terms: tuple, zero, offload_optimizer=False) ->
     runs = runs_bf16_optimizer(zero, zero1, offload_optimizer)
     out = {name: where(runs, value, others[name]) for name, value in zero0.items()}
     if accumulation:
-        at0, at1 = accumulation
-        stack = others["grad_accumulation_bytes"]  # ZeRO 2/3: the stack's
+        (at0, save0), (at1, save1) = accumulation
+        stack = others["grad_accumulation_bytes"]  # ZeRO 2/3: the stack's, every micro-batch
         below = where(zero == 0, at0, where(zero == 1, at1, stack))
-        bf16 = zero0.get("grad_accumulation_bytes")
+        saved = where(zero == 0, save0, where(zero == 1, save1, 0.0))
+        bf16 = zero0.get("grad_accumulation_bytes")  # every micro-batch (update_hp_grads adds)
         out["grad_accumulation_bytes"] = below if bf16 is None else where(runs, bf16, below)
+        out["grad_accumulation_first_saving_bytes"] = (
+            saved if bf16 is None else where(runs, 0.0, saved)
+        )
     return out
 
 
-def least_zero_stage_terms(zero_stage_terms: tuple) -> dict:
+def least_zero_stage_terms(zero_stage_terms: tuple, microbatches) -> dict:
     """The least value each term of ``zero_stage_terms`` (at_zero_stage) takes at any ZeRO stage: the
-    gradient terms a bound over every ZeRO stage of a group prices (step.compose.pipeline_bound_s)."""
+    gradient terms a bound over every ZeRO stage of a group prices (step.compose.pipeline_bound_s). The
+    accumulation's at its ``microbatches`` (cost.runtimes.accumulation_bytes_per_microbatch of each
+    stage's pass and first-micro-batch saving), with no saving left to take."""
     zero0, others, _, accumulation = zero_stage_terms
     names = set(zero0) | set(others)
     out = {}
     for name in sorted(names):
         values = [v for v in (zero0.get(name), others.get(name)) if v is not None]
         if name == "grad_accumulation_bytes":
-            values += list(accumulation)
+            values += [
+                accumulation_bytes_per_microbatch(*cell, microbatches) for cell in accumulation
+            ]
+            out["grad_accumulation_first_saving_bytes"] = 0.0
         least = values[0]
         for value in values[1:]:
             least = np.minimum(least, value)

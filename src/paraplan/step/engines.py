@@ -148,7 +148,8 @@ ENGINES = {
     #   receiver's gather) is ENGINE_STACKS["amp2022"]'s;
     # - ReduceTiedGrads and ReduceGrads run after the last backward (TrainSchedule): no overlap of
     #   the data-parallel reduction with the backward, a plan's switch checked by
-    #   specs.rules_stack.engine_dp_overlap_rule (refused with pp > 1, as on a uniform plan);
+    #   specs.rules_stack.engine_dp_overlap_rule (refused with pp > 1, and at zero 0 / the BF16_Optimizer's
+    #   zero 1 at any depth, engine_reduce_fallback, as on a uniform plan);
     # - gradients accumulate across micro-batches by the optimizer DeepSpeed runs for the dtype, ZeRO
     #   stage and gradient dtype (the BF16_Optimizer where step.constants.runs_bf16_optimizer, 18 B:
     #   cost.runtimes.bf16_optimizer_accumulation_bytes; the others' model-dtype param.grad or fp32

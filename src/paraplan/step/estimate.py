@@ -50,7 +50,7 @@ from paraplan.step.build import (
     system_terms,
 )
 from paraplan.step.compose import StepInputs, compose_step
-from paraplan.step.constants import stack_shape_fields
+from paraplan.step.constants import dp_reduce_fallback, stack_shape_fields
 from paraplan.step.inputs import replaced
 from paraplan.step.layer_shape import expert_shape_of, layer_shape_from
 from paraplan.step.layout import StageMix, model_layer_counts
@@ -126,7 +126,8 @@ def _system_violations(plan: PlanSpec, system: SystemSpec) -> list[Violation]:
     if rule := engine_zero_rule(runtime.pipeline_engine, plan.zero, plan.pp):
         out.append(Violation("plan.zero", plan.zero, rule))
     overlap = plan.overlap_dp_grad_reduce
-    if rule := engine_dp_overlap_rule(runtime.pipeline_engine, overlap, plan.pp):
+    fallback = dp_reduce_fallback(system, plan.dtype, plan, plan.zero, plan.offload_optimizer)
+    if rule := engine_dp_overlap_rule(runtime.pipeline_engine, overlap, plan.pp, fallback):
         out.append(Violation("plan.overlap_dp_grad_reduce", overlap, rule))
     schedule = plan.pipeline_schedule
     if rule := engine_schedule_rule(runtime.pipeline_engine, schedule, plan.vpp, plan.pp):

@@ -133,6 +133,9 @@ class StepInputs:
     # micro-batch of the gradient accumulation, and ZeRO-3's copies (per gathered parameter and micro-batch on
     # the compute stream; per shard element of each gather and reduce-scatter on their streams)
     grad_accumulation_bytes: Num = 0.0
+    # of which the step's first micro-batch saves (cost.runtimes.accumulation_bytes_per_microbatch:
+    # DeepSpeed's optimizers at ZeRO 0/1, step.constants.zero01_accumulation_bytes); 0 elsewhere
+    grad_accumulation_first_saving_bytes: Num = 0.0
     zero3_compute_copy_bytes: Num = 0.0
     zero3_gather_copy_bytes: Num = 0.0
     zero3_reduce_copy_bytes: Num = 0.0

@@ -19,6 +19,7 @@ from paraplan.specs.rules import per_stage_model_rule
 from paraplan.specs.rules_precision import accelerators_rules, cluster_default_precision
 from paraplan.specs.rules_stack import (
     engine_dp_overlap_rule,
+    engine_reduce_fallback,
     engine_schedule_rule,
     engine_zero_rule,
     stack_gpus_rule,
@@ -41,7 +42,8 @@ class HeteroProblem:
     schedule: str = "1f1b"
     zero: int = 0
     # None: the value the engine runs at every depth the cluster allows (specs.rules_stack.
-    # engine_dp_overlap_rule: false on DeepSpeed's PipelineEngine, true otherwise), as a per-stage plan's default
+    # engine_dp_overlap_rule: false on DeepSpeed's PipelineEngine and where DeepSpeedEngine falls back, true
+    # otherwise), as a per-stage plan's default
     overlap_dp_grad_reduce: bool = None  # type: ignore[assignment]
     recompute: tuple[str, ...] = ("none", "full")
     micro_batches: tuple[int, ...] | None = (
@@ -80,7 +82,7 @@ class HeteroProblem:
             if getattr(self, name) is None:
                 object.__setattr__(self, name, precision[name])
         if self.overlap_dp_grad_reduce is None:
-            deepest = engine_dp_overlap_rule(self.engine, True, self.cluster.gpus)
+            deepest = engine_dp_overlap_rule(self.engine, True, self.cluster.gpus, _fallback(self))
             object.__setattr__(self, "overlap_dp_grad_reduce", deepest is None)
         if refused := accelerators_rules(accelerators, self.dtype, self.attention):
             raise InputError.from_violations([Violation(*r) for r in refused])
@@ -138,9 +140,20 @@ def depth_allowed(problem: HeteroProblem, pp: int) -> bool:
     per-stage searches list (search.staged.hetero, search.staged.non_uniform)."""
     return (
         engine_zero_rule(problem.engine, problem.zero, pp) is None
-        and engine_dp_overlap_rule(problem.engine, problem.overlap_dp_grad_reduce, pp) is None
+        and engine_dp_overlap_rule(
+            problem.engine, problem.overlap_dp_grad_reduce, pp, _fallback(problem)
+        )
+        is None
         and engine_schedule_rule(problem.engine, problem.schedule, problem.vpp, pp) is None
         and not _stack_refusals(problem, ParallelDims(pp=pp))
+    )
+
+
+def _fallback(problem: HeteroProblem) -> bool:
+    """specs.rules_stack.engine_reduce_fallback of the problem's engine, ZeRO stage, dtype and gradient
+    dtype: the per-stage plan's rule, so that its default and the searched plans agree."""
+    return engine_reduce_fallback(
+        problem.engine, problem.zero, problem.dtype, problem.runtime.grad_dtype
     )
 
 
