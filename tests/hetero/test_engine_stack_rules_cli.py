@@ -1,6 +1,6 @@
 """What a per-stage plan's engine and training stack ran, refused from the CLI in one line with exit 2:
 a plan stating ``engine_stack: amp2022`` (AMP's trials: Megatron-LM v1.1.5 in fp16 on DeepSpeed's
-PipelineEngine) takes its dtype and parallel kinds only (specs.stage_plan.STACK_FACTS,
+PipelineEngine) takes its dtype and parallel kinds only (specs.stage_stack.STACK_FACTS,
 stage_engine_stack_violations), and a plan on ``engine: deepspeed`` takes no ring context parallelism
 (specs.rules.deepspeed_cp_rule)."""
 

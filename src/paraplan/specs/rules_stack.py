@@ -162,7 +162,7 @@ def stack_parallelism_rules(
     sequence parallelism and TP comm overlap (used only where tp > 1: over one GPU they split nothing), pp > 1,
     cp > 1, ep > 1. A loop that runs none (a profile stating ``parallelism: []``) runs one process on one
     device. Empty where the stack runs them all. ``whose``: where ``runs`` is stated, as the refusal names
-    it (a per-stage plan's engine_stack: specs.stage_plan.STACK_FACTS)."""
+    it (a per-stage plan's engine_stack: specs.stage_stack.STACK_FACTS)."""
     if set(runs) >= set(PARALLELISMS):
         return []
     used = {

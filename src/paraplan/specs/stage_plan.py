@@ -42,7 +42,6 @@ File form (YAML or JSON; ``paraplan estimate --plan FILE`` recognises it by its 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
 from typing import Literal
 
 from pydantic import Field, ValidationError, model_validator
@@ -71,10 +70,13 @@ from paraplan.specs.rules_stack import (
     engine_dp_overlap_rule,
     engine_reduce_fallback,
     engine_zero_rule,
-    stack_gpus_rule,
-    stack_parallelism_rules,
 )
 from paraplan.specs.stage_schedule import stage_schedule_violations
+from paraplan.specs.stage_stack import (
+    STACK_ENGINES,
+    stage_engine_stack_violations,
+    stage_stack_violations,
+)
 from paraplan.specs.strict import InputModel
 
 
@@ -146,29 +148,6 @@ EXPERT_KNOBS = (
     "expert_load_cv",
     "moe_a2a_overlap",
 )
-
-
-@dataclass(frozen=True)
-class StackFacts:
-    """What a training stack a per-stage plan may state ran (StagePlanSpec.engine_stack): the pipeline
-    engine it ran on, the dtypes it trained in and the parallel kinds its loop runs (specs.runtime.
-    PARALLELISMS names); the rules and calibrated constants it sets on its engine are
-    step.engines.ENGINE_STACKS's. specs.stage_plan.stage_engine_stack_violations checks them."""
-
-    engine: str
-    dtypes: tuple[str, ...]
-    parallelism: tuple[str, ...]
-
-
-# amp2022: AMP's trials (Li et al. 2022, arXiv:2210.07297; DachengLi1/AMP @ 72eeea4, which vendors
-# the sources it ran) ran Megatron-LM v1.1.5's GPT-2 pipe model on DeepSpeed's PipelineEngine in fp16
-# (DeepSpeed's FP16 optimizer, runtime/fp16/fused_optimizer.py; the fp16 constants of
-# step.engines.ENGINE_STACKS["amp2022"]: 6 B gradients, 2 B tied gradients), over data, tensor (mpu)
-# and pipeline parallelism only: v1.1.5 has no sequence parallelism (Megatron-LM's came with
-# Korthikanti et al. 2022), no context or expert parallelism and no TP comm-GEMM overlap.
-STACK_FACTS = {"amp2022": StackFacts("deepspeed", ("fp16",), ("dp", "tp", "pp"))}
-# the pipeline engine each training stack ran on
-STACK_ENGINES = {name: facts.engine for name, facts in STACK_FACTS.items()}
 
 
 class StagePlanSpec(RuntimeFields):
@@ -399,53 +378,6 @@ def stage_accelerator_violations(plan: StagePlanSpec, pools) -> list[Violation]:
     accelerators = [pool.system.accelerator for pool in pools]
     out = [Violation(*r) for r in accelerators_rules(accelerators, plan.dtype, plan.attention)]
     return out + pool_offload_violations(plan, [pool.system for pool in pools])
-
-
-def stage_stack_violations(plan: StagePlanSpec, pools) -> list[Violation]:
-    """The parallel kinds the plan uses that the stack of a pool its stages use does not run
-    (specs.rules_stack.stack_parallelism_rules on efficiency.runtime.parallelism, a uniform plan's check):
-    the stages' tp, cp and dp, the plan's pp, sequence parallelism and TP overlap, each named once; a loop that
-    runs on one device is refused the plan's GPUs first (stack_gpus_rule, as the uniform estimate names it)."""
-    out: list[Violation] = []
-    gpus = sum(s.gpus for s in plan.stages)
-    for pool in pools:
-        runs = pool.system.accelerator.efficiency.runtime.parallelism
-        if rule := stack_gpus_rule(runs, gpus):
-            if (v := Violation("gpus", gpus, rule)) not in out:
-                out.append(v)
-            continue
-        _add_kind_violations(out, plan, runs, "its framework profile's")
-    return out
-
-
-def _add_kind_violations(out: list[Violation], plan: StagePlanSpec, runs, whose: str) -> None:
-    """Append to ``out`` each parallel kind a stage of ``plan`` uses that ``runs`` (a stack's parallel kinds,
-    stated by ``whose``) leaves out (specs.rules_stack.stack_parallelism_rules: the stage's tp, cp, dp, the
-    plan's pp, sequence parallelism and TP overlap), each violation once."""
-    for s in plan.stages:
-        dims = replace(s.dims, pp=plan.pp)
-        for rule in stack_parallelism_rules(
-            runs, dims, plan.sequence_parallel, plan.overlap_tp_comm, whose
-        ):
-            if (v := Violation(*rule)) not in out:
-                out.append(v)
-
-
-def stage_engine_stack_violations(plan: StagePlanSpec) -> list[Violation]:
-    """The dtype and parallel kinds the plan uses that the training stack it states
-    (plan.engine_stack, STACK_FACTS) did not run: one violation per field naming the stack's allowed values
-    (the parallel kinds through specs.rules_stack.stack_parallelism_rules, a profile's check)."""
-    if plan.engine_stack is None:
-        return []
-    facts, name = STACK_FACTS[plan.engine_stack], plan.engine_stack
-    out: list[Violation] = []
-    if plan.dtype not in facts.dtypes:
-        rule = f"engine_stack {name} trained in {', '.join(facts.dtypes)}"
-        out.append(
-            Violation("plan.dtype", plan.dtype, f"{rule}; allowed: {', '.join(facts.dtypes)}")
-        )
-    _add_kind_violations(out, plan, facts.parallelism, f"engine_stack {name}'s")
-    return out
 
 
 def _coverage_violations(plan: StagePlanSpec, model: ModelSpec) -> list[Violation]:

@@ -174,10 +174,10 @@ ENGINES = {
 
 
 # The EngineRules fields a training stack a per-stage plan states (``plan.engine_stack``, on the
-# engine specs.stage_plan.STACK_ENGINES names) sets instead of its engine's: its model code, dtype
+# engine specs.stage_stack.STACK_ENGINES names) sets instead of its engine's: its model code, dtype
 # and versions, and the constants calibrated on its runs (validate.fitted.EngineConstant). The dtype
-# and parallel kinds each stack ran are specs.stage_plan.STACK_FACTS's, checked on the plan
-# (stage_engine_stack_violations): these fp16 constants are priced on fp16 plans over dp, tp, pp only.
+# and parallel kinds each stack ran are specs.stage_stack.STACK_FACTS's, checked on the plan
+# (specs.stage_stack.stage_engine_stack_violations): these fp16 constants are priced on fp16 plans over dp, tp, pp only.
 ENGINE_STACKS = {
     # AMP's trials (DachengLi1/AMP @ 72eeea4): DeepSpeed's PipelineEngine driving Megatron-LM
     # v1.1.5's GPT-2 pipe model in fp16 on PyTorch 1.7:
