@@ -14,7 +14,11 @@ import pytest
 from paraplan.api import estimate
 from paraplan.catalog import load_system
 from paraplan.step import tail
-from paraplan.step.bf16_optimizer_sync import bf16_optimizer_kinds, bf16_optimizer_traffic
+from paraplan.step.bf16_optimizer_sync import (
+    bf16_optimizer_kinds,
+    bf16_optimizer_traffic,
+    optimizer_shard_ways,
+)
 
 H100 = "dgx-h100-80gb"
 PLAN = {"gpus": 8, "micro_batch": 4, "global_batch": 64, "seq_length": 2048, "dtype": "bf16"}
@@ -88,3 +92,44 @@ def test_zero1_with_fp32_gradients_runs_zero0_traffic():
     fp32 = estimate("gpt3-1.3b", H100, framework="deepspeed", zero=1, grad_dtype="fp32", **PLAN)
     assert fp32.breakdown.dp_comm_s == pytest.approx(z0.breakdown.dp_comm_s, rel=1e-12)
     assert fp32.breakdown.dp_comm_s > bf16.breakdown.dp_comm_s
+
+
+def test_optimizer_shard_ways_by_hand():
+    """The optimizer state and step split over the group's 8 ranks wherever the BF16_Optimizer runs (zero 0,
+    zero 1 with fp32 gradients), ZeRO's from stage 1 elsewhere: 1 at zero 0 on a stack that never runs it
+    and on an fp16 run (DeepSpeed's FP16 optimizers keep the whole state)."""
+    group = SimpleNamespace(size=8)
+    zero = np.array([0, 1, 2, 3])
+    assert list(optimizer_shard_ways(_inp(zero, True), group)) == [8, 8, 8, 8]
+    assert list(optimizer_shard_ways(_inp(zero, False), group)) == [8, 8, 8, 8]
+    assert list(optimizer_shard_ways(_inp(zero, True, stack_runs_it=False), group)) == [1, 8, 8, 8]
+    fp16 = SimpleNamespace(
+        knobs=SimpleNamespace(zero=0, offload_optimizer=False),
+        zero_stage_terms=({}, {"grad_accumulation_bytes": 0.0}, False, (6.0, 6.0)),
+    )
+    assert optimizer_shard_ways(fp16, group) == 1
+
+
+def test_zero0_state_bytes_per_param_by_hand():
+    """GPT-3 1.3B on 8 H100s, deepspeed profile, bf16: per GPU and parameter, zero 0 holds the bf16 weights
+    (2 B), the whole fp32 gradients (4 B: fp32_groups_gradients_flat) and 1/8 of the fp32 master + Adam
+    moments (12 / 8 = 1.5 B: fp32_groups_flat_partition); zero 1 the same but bf16 gradients (2 B)."""
+    per_param = {}
+    for zero in (0, 1):
+        s = estimate("gpt3-1.3b", H100, framework="deepspeed", zero=zero, **PLAN).stages[0]
+        params = s.weights_bytes / 2  # bf16 weights
+        per_param[zero] = (s.gradients_bytes / params, s.optimizer_bytes / params)
+    assert per_param[0] == pytest.approx((4.0, 1.5), rel=1e-12)
+    assert per_param[1] == pytest.approx((2.0, 1.5), rel=1e-12)
+
+
+def test_zero0_optimizer_step_by_hand():
+    """The same run's optimizer step at zero 0: 54 B of HBM traffic (the default optimizer_step_bytes) for
+    each of its P/8 partition's parameters at 3.35 TB/s · 0.85, as at zero 1 (8 times less than the whole
+    P's, which zero 0 priced before)."""
+    e = estimate("gpt3-1.3b", H100, framework="deepspeed", zero=0, **PLAN)
+    params = e.stages[0].weights_bytes / 2
+    by_hand = params / 8 * 54.0 / (3.35e12 * 0.85)
+    assert e.breakdown.optimizer_s == pytest.approx(by_hand, rel=1e-9)
+    e1 = estimate("gpt3-1.3b", H100, framework="deepspeed", zero=1, **PLAN)
+    assert e1.breakdown.optimizer_s == pytest.approx(e.breakdown.optimizer_s, rel=1e-12)

@@ -14,6 +14,9 @@ gradients and the optimizer on the GPU), the step's data-parallel traffic is the
 
 So ZeRO 1's reduce-scatter becomes an all-reduce and the gather gets no overlap window, and ZeRO 0's
 all-reduce is followed by that all-gather (at the weights' bytes, as ZeRO 1's).
+
+Its state is ZeRO 1's also at ZeRO 0 (``optimizer_shard_ways``): the fp32 master and the moments over
+one of dp, the bf16 weights and the fp32 gradients whole.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from typing import Any
 
 from paraplan.cost.elementwise import where
 from paraplan.step.constants import runs_bf16_optimizer
-from paraplan.step.inputs import StepInputs
+from paraplan.step.inputs import GradientGroup, StepInputs, shard_ways
 
 Num = Any
 
@@ -64,3 +67,27 @@ def bf16_optimizer_traffic(inp: StepInputs, time: dict, price: dict, gather_wind
         time["reduce_scatter"] = where(runs, time["all_reduce"], time["reduce_scatter"])
         price["reduce_scatter"] = where(runs, price["all_reduce"], price["reduce_scatter"])
     return where(runs, 0.0, gather_window), where(runs, time["all_gather"], 0.0)
+
+
+def optimizer_shard_ways(inp: StepInputs, group: GradientGroup) -> Num:
+    """How many ways the optimizer state (fp32 master + moments, cost.memory.state_bytes_per_param's
+    ``optimizer``) and the optimizer step of gradient group ``group`` are split: ZeRO's, from stage 1
+    (step.inputs.shard_ways), and the group's size wherever the BF16_Optimizer runs
+    (``bf16_optimizer_runs``), at ZeRO 0 too.
+
+    BF16_Optimizer._setup_for_real_optimizer (deepspeedai/DeepSpeed at 0050fdad,
+    deepspeed/runtime/bf16_optimizer.py 112-182): per parameter group it flattens the bf16 weights
+    whole (bf16_groups_flat, 125-131), splits them into real_dp_world_size partitions of
+    numel // real_dp_world_size (133-139; the data-parallel group, the expert one for MoE groups,
+    _configure_moe_settings 97-106), keeps an fp32 copy of its own partition only
+    (fp32_groups_flat_partition, 141-143) and hands the wrapped optimizer that partition alone
+    (``param_group['params'] = [self.fp32_groups_flat_partition[i]]``, 181-182), so Adam's moments
+    (created at the wrapped optimizer's first step, over its params) and its update
+    (``self.optimizer.step()`` in step, 279-312) cover 1/dp of the parameters; the fp32 gradients are
+    kept whole (fp32_groups_gradients_flat = zeros_like(bf16_groups_flat), 147-149:
+    step.constants.zero0_terms' ``grad_bytes``, unsharded below ZeRO 2)."""
+    runs = bf16_optimizer_runs(inp)
+    zero_ways = shard_ways(inp, group, 1)
+    if runs is False:
+        return zero_ways
+    return where(runs, group.size, zero_ways)

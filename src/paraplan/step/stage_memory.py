@@ -10,6 +10,7 @@ from typing import Any, NamedTuple
 
 from paraplan.cost.elementwise import any_true, maximum, minimum, scalar_zero, where, where_all
 from paraplan.cost.memory import peak_residents
+from paraplan.step.bf16_optimizer_sync import optimizer_shard_ways
 from paraplan.step.inputs import (
     TRANSFORMER_KINDS,
     GradientGroup,
@@ -35,23 +36,25 @@ def stage_state_bytes(inp: StepInputs, stage: Stage) -> tuple[Num, Num, Num, Num
     """(weights, gradients, optimizer state, transformer-layer states) bytes per GPU of the stage:
     each gradient group's parameters times the state bytes per parameter, ZeRO-sharded over the group
     (weights from stage 3, gradients from 2 or held unsharded, ``gradient_bytes_per_param``, optimizer
-    state from 1; ZeRO §5), fp8 weight copies on the transformer layers' parameters
+    state from 1, ZeRO §5, or wherever DeepSpeed's BF16_Optimizer runs, step.bf16_optimizer_sync.
+    optimizer_shard_ways), fp8 weight copies on the transformer layers' parameters
     (cost.memory.fp8_weight_copy_bytes_per_param)."""
     weights = grads = optimizer = transformer_states = 0.0
     for name, group in inp.gradient_groups.items():
         params = stage_params(stage, name)
         layer_params = stage_params(stage, name, TRANSFORMER_KINDS)
         grad_per_param = gradient_bytes_per_param(inp, group)
+        optimizer_ways = optimizer_shard_ways(inp, group)  # ZeRO's from 1, the BF16_Optimizer's
         per_param = (
             (inp.weight_bytes + inp.fp8_copy_bytes) / shard_ways(inp, group, 3)
             + grad_per_param
-            + inp.optimizer_bytes / shard_ways(inp, group, 1)
+            + inp.optimizer_bytes / optimizer_ways
         )
         weights = weights + (
             params * inp.weight_bytes + layer_params * inp.fp8_copy_bytes
         ) / shard_ways(inp, group, 3)
         grads = grads + params * grad_per_param
-        optimizer = optimizer + params * inp.optimizer_bytes / shard_ways(inp, group, 1)
+        optimizer = optimizer + params * inp.optimizer_bytes / optimizer_ways
         transformer_states = transformer_states + layer_params * per_param
     return weights, grads, optimizer, transformer_states
 

@@ -19,7 +19,11 @@ from paraplan.cost.overlap import bucketed_reduce_exposed_s, prefetched_gather_e
 from paraplan.cost.runtimes import runtime_copy_s
 from paraplan.cost.zero3_host import host_exposed_s
 from paraplan.step import zero3_legacy as legacy
-from paraplan.step.bf16_optimizer_sync import bf16_optimizer_kinds, bf16_optimizer_traffic
+from paraplan.step.bf16_optimizer_sync import (
+    bf16_optimizer_kinds,
+    bf16_optimizer_traffic,
+    optimizer_shard_ways,
+)
 from paraplan.step.inputs import (
     TRANSFORMER_KINDS,
     GradientGroup,
@@ -28,7 +32,6 @@ from paraplan.step.inputs import (
     backward_s,
     calls_of,
     forward_s,
-    shard_ways,
     stage_params,
     sum_blocks,
     zero3_group_calls,
@@ -367,7 +370,7 @@ def _dp_traffic(inp: StepInputs, stage: Stage, branches: tuple, blocks: tuple) -
             on = where(group.size > 1, inp.zero3_regather, 0.0)  # the recompute's gathers
             t_rc, p_rc = legacy.regather_s(stage, name, group.all_gather, group.size, inp)
             t.regather = legacy.add_pair(t.regather, (on * t_rc, on * p_rc))
-        t.owned = t.owned + params / shard_ways(inp, group, 1)
+        t.owned = t.owned + params / optimizer_shard_ways(inp, group)  # the optimizer's share
     return t
 
 
