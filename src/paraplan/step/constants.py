@@ -4,6 +4,7 @@ degrees): ``step.build.build_step_inputs`` attaches them to every estimate and e
 from __future__ import annotations
 
 import math
+from functools import reduce
 
 import numpy as np
 
@@ -288,10 +289,7 @@ def least_zero_stage_terms(zero_stage_terms: tuple, microbatches) -> dict:
                 accumulation_bytes_per_microbatch(*cell, microbatches) for cell in accumulation
             ]
             out["grad_accumulation_first_saving_bytes"] = 0.0
-        least = values[0]
-        for value in values[1:]:
-            least = np.minimum(least, value)
-        out[name] = least
+        out[name] = reduce(np.minimum, values)
     return out
 
 

@@ -54,8 +54,12 @@ NO_SPAN = GroupSpan(1, 1, 1)
 def distinct_blocks(model: ModelSpec) -> tuple[BlockRef, ...]:
     """The distinct blocks of the model's block list, in order of first appearance, then the blocks a stage
     holds beside them (``attached_blocks``)."""
-    listed = tuple(dict.fromkeys(model_blocks(model)))
-    return listed + tuple(ref for ref, _ in attached_blocks(model))
+    return _listed_blocks(model_blocks(model)) + tuple(ref for ref, _ in attached_blocks(model))
+
+
+def _listed_blocks(blocks) -> tuple[BlockRef, ...]:
+    """The distinct blocks of the block list ``blocks``, in order of first appearance."""
+    return tuple(dict.fromkeys(blocks))
 
 
 def block_prefix_counts(model: ModelSpec) -> np.ndarray:
@@ -63,7 +67,7 @@ def block_prefix_counts(model: ModelSpec) -> np.ndarray:
     holds: step.layout.prefix_counts for the listed blocks, an attached block's hosts' counts times how many
     each brings (``attached_blocks``)."""
     blocks = model_blocks(model)
-    listed = tuple(dict.fromkeys(blocks))
+    listed = _listed_blocks(blocks)
     prefix = prefix_counts(blocks, listed)
     rows = [
         sum(hosts.get(ref.kind, 0) * row for ref, row in zip(listed, prefix))
