@@ -63,7 +63,7 @@ MODELS = (
     "vit-large",
 )
 OVERLAPS = ("overlap_tp_comm", "overlap_param_gather", "overlap_dp_grad_reduce")
-GRAD_DTYPES = ("fp32", "bf16")  # a plan's stated grad_dtype (step.constants.runs_bf16_optimizer)
+GRAD_DTYPES = ("fp32", "bf16")  # a plan's stated grad_dtype (specs.rules_stack.runs_bf16_optimizer)
 TRIES = 40  # draws per plan before a pair counts as not allowed
 
 

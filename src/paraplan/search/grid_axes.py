@@ -27,6 +27,7 @@ from paraplan.specs.rules import interleave_split_rule, even_share
 from paraplan.specs.rules_offload import offload_rule
 from paraplan.specs.rules_schedule import DEFAULT_SCHEDULE, SCHEDULE_RULES
 from paraplan.specs.rules_stack import (
+    dp_reduce_fallback,
     engine_dp_overlap_rule,
     engine_schedule_rule,
     engine_zero_rule,
@@ -40,7 +41,6 @@ from paraplan.specs.split import (
     stage_layer_counts,
 )
 from paraplan.step import schedules
-from paraplan.step.constants import dp_reduce_fallback
 
 SCHEDULES: tuple[str, ...] = get_args(Schedule)
 # searched by default for the models DeepSeek-V3-class training uses them on (experts, MLA, MTP);
@@ -251,9 +251,12 @@ class GridAxes:
         return list(memo[(dp_size, pp)])
 
     def _fallback(self, zero: int) -> bool:
-        """step.constants.dp_reduce_fallback at ZeRO stage ``zero`` with the optimizer on the GPU (the
-        state options precede the offload ones: the BF16_Optimizer's zero-1 case refused for both)."""
-        return dp_reduce_fallback(self.system, self.dtype, self.runtime, zero)
+        """specs.rules_stack.dp_reduce_fallback of the system's stack at ZeRO stage ``zero`` with the
+        optimizer on the GPU (the state options precede the offload ones: the BF16_Optimizer's zero-1 case
+        refused for both)."""
+        stack = self.system.accelerator.efficiency.runtime
+        facts = (self.dtype, self.runtime.grad_dtype)
+        return dp_reduce_fallback(stack, stack.pipeline_engine, zero, *facts)
 
     def _state_options(self, dp_size: int) -> list[StateOption]:
         """state_options at any depth."""

@@ -66,7 +66,7 @@ class FrameworkSpec(RuntimeFields, HostFields, EagerFields, StackRuntimeFields):
         "extra pass (fused), or by DeepSpeed's BF16 optimizer into fp32 after every backward "
         "(cost.runtimes.bf16_optimizer_accumulation_bytes); under DeepSpeed's optimizers "
         "(zero0_bf16_optimizer) read at ZeRO 2/3 only, ZeRO 0/1 being the optimizer's "
-        "(step.constants.runs_bf16_optimizer, zero01_accumulation_bytes)",
+        "(specs.rules_stack.runs_bf16_optimizer, zero01_accumulation_bytes)",
     )
     gradient_allocation: Literal["buffer", "backward"] = Field(
         "buffer",

@@ -19,12 +19,12 @@ from paraplan.specs.rules import per_stage_model_rule
 from paraplan.specs.rules_precision import accelerators_rules, cluster_default_precision
 from paraplan.specs.rules_stack import (
     engine_dp_overlap_rule,
-    engine_reduce_fallback,
     engine_schedule_rule,
     engine_zero_rule,
     stack_gpus_rule,
     stack_parallelism_rules,
 )
+from paraplan.specs.stage_stack import pools_reduce_fallback
 from paraplan.specs.uniform_stages import stage_engine
 from paraplan.step.per_stage import Common, StageSetting, common_of
 
@@ -42,8 +42,8 @@ class HeteroProblem:
     schedule: str = "1f1b"
     zero: int = 0
     # None: the value the engine runs at every depth the cluster allows (specs.rules_stack.
-    # engine_dp_overlap_rule: false on DeepSpeed's PipelineEngine and where DeepSpeedEngine falls back, true
-    # otherwise), as a per-stage plan's default
+    # engine_dp_overlap_rule: false on DeepSpeed's PipelineEngine and where a pool's stack falls back on
+    # DeepSpeedEngine, true otherwise), as a per-stage plan's default (specs.stage_stack.stage_dp_overlap)
     overlap_dp_grad_reduce: bool = None  # type: ignore[assignment]
     recompute: tuple[str, ...] = ("none", "full")
     micro_batches: tuple[int, ...] | None = (
@@ -150,11 +150,12 @@ def depth_allowed(problem: HeteroProblem, pp: int) -> bool:
 
 
 def _fallback(problem: HeteroProblem) -> bool:
-    """specs.rules_stack.engine_reduce_fallback of the problem's engine, ZeRO stage, dtype and gradient
-    dtype: the per-stage plan's rule, so that its default and the searched plans agree."""
-    return engine_reduce_fallback(
-        problem.engine, problem.zero, problem.dtype, problem.runtime.grad_dtype
-    )
+    """Whether a pool of the cluster reduces after the backward on DeepSpeedEngine (specs.stage_stack.
+    pools_reduce_fallback: specs.rules_stack.dp_reduce_fallback of each pool's stack with the problem's
+    engine, ZeRO stage, dtype and gradient dtype, no optimizer offload): the per-stage plan's rule, so
+    that its default and the searched plans agree."""
+    facts = (problem.engine, problem.zero, problem.dtype, problem.runtime.grad_dtype)
+    return bool(pools_reduce_fallback(problem.cluster.pools, *facts))
 
 
 def _stack_refusals(problem: HeteroProblem, dims: ParallelDims) -> list:
