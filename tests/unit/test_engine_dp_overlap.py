@@ -83,7 +83,9 @@ def test_a_stated_overlap_with_pp_is_refused_on_both_paths(framework):
     pools = pool_cluster(framework)
 
     def settled(fields: dict, cluster=pools) -> bool:
-        return settled_stage_plan(stage_plan_from_dict(data | fields), cluster).overlap_dp_grad_reduce
+        return settled_stage_plan(
+            stage_plan_from_dict(data | fields), cluster
+        ).overlap_dp_grad_reduce
 
     assert stage_plan_from_dict(data | {"stages": stages}).overlap_dp_grad_reduce is None
     assert settled({"stages": stages}) is False

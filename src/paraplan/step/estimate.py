@@ -45,13 +45,13 @@ from paraplan.step.build import (
     GridKnobs,
     build_step_inputs,
     model_block_kinds,
-    plan_spans,
     row_blocks,
     row_facts,
     system_terms,
 )
 from paraplan.step.compose import StepInputs, compose_step
 from paraplan.step.constants import stack_shape_fields
+from paraplan.step.plan_spans import plan_spans
 from paraplan.step.inputs import replaced
 from paraplan.step.layer_shape import expert_shape_of, layer_shape_from
 from paraplan.step.layout import StageMix, model_layer_counts
