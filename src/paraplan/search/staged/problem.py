@@ -115,6 +115,9 @@ def profile_fields(profile: FrameworkSpec, cluster_spec: ClusterSpec) -> tuple[C
         knobs, specs.plan.runtime_of; its name, whose launcher must run every plan, and the settings
     search.launch.staged_fields states), the one reading of a profile by the per-stage searches."""
     fields = {k: getattr(profile, k) for k in PLAN_DEFAULTS if k not in RUNTIME_FIELDS}
+    # the profile's DP overlap is a default: on, the overlap where the stacks run it (HeteroProblem's None),
+    # as the uniform search's state options take it (search.grid_axes: off where DeepSpeedEngine falls back)
+    fields["overlap_dp_grad_reduce"] = None if profile.overlap_dp_grad_reduce else False
     fields["runtime"] = runtime_of(profile)
     fields["engine"] = stage_engine(profile.pipeline_engine)  # the profile's pipeline runtime
     staged = launch.staged_fields(profile.name, profile.overlap_tp_comm)
