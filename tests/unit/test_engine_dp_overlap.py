@@ -162,16 +162,25 @@ def test_the_fallback_keeps_zero_1_with_the_optimizer_offloaded():
 
 def test_the_search_offers_no_overlap_where_deepspeed_falls_back(small_problem):
     """The uniform search at pp = 1 with every overlap varied: zero 0 (and zero 1 under the
-    BF16_Optimizer, megatron-deepspeed's fp32 gradients) offers the overlap off only; zero 1 with the
-    ZeRO-1 optimizer (deepspeed) and zero 2 offer both."""
-    for framework, refused in (("deepspeed", {0}), ("megatron-deepspeed", {0, 1})):
+    BF16_Optimizer, megatron-deepspeed's fp32 gradients, where no optimizer offload is searched) offers
+    the overlap off only; zero 1 with the ZeRO-1 optimizer (deepspeed) and zero 2 offer both. With the
+    optimizer offload searched megatron-deepspeed's zero 1 offers both too, the overlap on offloaded
+    candidates only (search.grid_axes.GridAxes.refused; tests/search/test_offload_fallback_search.py)."""
+    cases = (("deepspeed", {0}, True), ("megatron-deepspeed", {0, 1}, False))
+    cases += (("megatron-deepspeed", {0}, True),)
+    for framework, refused, vary_offload in cases:
         system = framework_system(load_framework(framework), load_system("dgx-a100-80gb"))
         profile = load_framework(framework)
         runtime = runtime_of(profile)
         problem = small_problem(
-            system=system, framework=framework, vary_overlap=True, runtime=runtime
+            system=system,
+            framework=framework,
+            vary_overlap=True,
+            runtime=runtime,
+            vary_offload=vary_offload,
         )
         options = problem.state_options(8, 1)
         for zero in (0, 1, 2):
             ran = {o.overlap_dp_grad_reduce for o in options if o.zero == zero}
             assert ran == ({False} if zero in refused else {True, False}), (framework, zero)
+        assert problem.offload_fallback is (framework == "megatron-deepspeed" and vary_offload)

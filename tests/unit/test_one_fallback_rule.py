@@ -50,7 +50,7 @@ def test_the_rule_by_hand(stack, engine, zero, dtype, grad_dtype, offload, expec
     """engine.py allreduce_gradients at 0050fdad: DeepSpeedEngine (the plan's or the stack's engine
     deepspeed, or DeepSpeed's optimizers) falls back at zero 0, and at zero 1 where the BF16_Optimizer
     runs (_do_optimizer_sanity_check: bf16, fp32 grad_accum_dtype, no CPU offload)."""
-    assert dp_reduce_fallback(stack, engine, zero, dtype, grad_dtype, offload) is expected
+    assert bool(dp_reduce_fallback(stack, engine, zero, dtype, grad_dtype, offload)) is expected
 
 
 def _paths(framework: str, zero: int, overlap: bool):

@@ -62,7 +62,7 @@ def deepspeed_allreduce_fallback(zero: int, bf16_optimizer_zero1: bool) -> bool:
     installs no gradient hooks. ZeRO 1 under DeepSpeedZeroOptimizer with overlap_comm (its
     reduce_ready_partitions_and_remove_grads hooks reduce during the last micro-batch's backward,
     runtime/zero/stage_1_and_2.py) and ZeRO 2/3 (hooks every micro-batch) are not a fallback."""
-    return zero == 0 or (zero == 1 and bf16_optimizer_zero1)
+    return (zero == 0) | ((zero == 1) & bf16_optimizer_zero1)  # numbers or arrays over candidates
 
 
 def engine_dp_overlap_rule(
@@ -147,15 +147,14 @@ def dp_reduce_fallback(
     (zero0_bf16_optimizer). It then falls back at ZeRO stage ``zero`` 0, and at 1 where the
     BF16_Optimizer runs: the stack takes it for ``dtype`` (bf16_optimizer_stack) and
     runs_bf16_optimizer holds at zero 1 (``grad_dtype`` fp32, the optimizer not offloaded,
-    ``offload_optimizer``). Asked by the uniform estimate (step.estimate), the uniform search's state
-    options (search.grid_axes), the per-stage plan's check and default (specs.stage_stack.
-    pools_reduce_fallback) and the per-stage searches (search.staged.problem)."""
+    ``offload_optimizer``); ``zero`` and ``offload_optimizer`` may be arrays over candidates. Asked by the
+    uniform estimate (step.estimate), the uniform search's state options and candidates (search.grid_axes),
+    the per-stage plan's check and default (specs.stage_stack.pools_reduce_fallback) and the per-stage
+    searches (search.staged.problem)."""
     if "deepspeed" not in (engine, stack.pipeline_engine) and not stack.zero0_bf16_optimizer:
         return False
-    bf16_zero1 = bf16_optimizer_stack(stack, dtype) and bool(
-        runs_bf16_optimizer(1, grad_dtype == "fp32", offload_optimizer)
-    )
-    return deepspeed_allreduce_fallback(zero, bf16_zero1)
+    zero1 = runs_bf16_optimizer(1, grad_dtype == "fp32", offload_optimizer)
+    return deepspeed_allreduce_fallback(zero, bf16_optimizer_stack(stack, dtype) & zero1)
 
 
 def engine_schedule_rule(engine: str, schedule: str, vpp: int, pp: int) -> str | None:
