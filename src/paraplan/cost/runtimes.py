@@ -227,6 +227,23 @@ def bf16_optimizer_accumulation_bytes() -> float:
     return 2.0 + 4.0 + 3.0 * 4.0
 
 
+def bf16_optimizer_norm_bytes() -> float:
+    """HBM bytes per parameter that DeepSpeed's BF16_Optimizer's gradient norm reads each step: 4, its fp32
+    gradient read once.
+
+    ``BF16_Optimizer.step`` computes the global norm over ``get_grads_for_norm()``, the views of the whole
+    flat fp32 gradient (``fp32_groups_gradients``, kept unsharded: ``fp32_groups_gradients_flat =
+    zeros_like(bf16_groups_flat)``), not only the rank's partition; ``get_global_norm_of_tensors`` runs
+    ``t.data.float().norm(2)`` per tensor (a no-op cast of fp32, one read of 4 B; runtime/bf16_optimizer.py
+    step 279-312 and get_grads_for_norm 375-415, runtime/utils.py 873-935 at deepspeedai/DeepSpeed
+    0050fdad; the same reads at 56c52238, the April-2022 merge, step 337-365, utils.py 895-936). Tensors
+    replicated over tensor-parallel ranks are skipped on TP ranks other than 0 (rank 0 reads them all).
+    Its clipping (``clip_tensors_by_global_norm``, 8 B: read and write) scales the gradients only where
+    the norm exceeds ``gradient_clipping`` (``if clip_coef < 1``, utils.py 950), a data-dependent pass
+    left out as Megatron's clip is from ``optimizer_step_bytes``."""
+    return 4.0
+
+
 def param_grad_accumulation_bytes(grad_bytes: float) -> float:
     """HBM bytes per parameter that autograd moves adding one micro-batch's gradient into the ``param.grad``
     held across micro-batches, kept in a dtype of ``grad_bytes`` bytes: 3·g (read the held and the fresh

@@ -24,8 +24,9 @@ from __future__ import annotations
 from typing import Any
 
 from paraplan.cost.elementwise import where
+from paraplan.cost.runtimes import bf16_optimizer_norm_bytes
 from paraplan.step.constants import runs_bf16_optimizer
-from paraplan.step.inputs import GradientGroup, StepInputs, shard_ways
+from paraplan.step.inputs import GradientGroup, Stage, StepInputs, shard_ways, stage_params
 
 Num = Any
 
@@ -91,3 +92,17 @@ def optimizer_shard_ways(inp: StepInputs, group: GradientGroup) -> Num:
     if runs is False:
         return zero_ways
     return where(runs, group.size, zero_ways)
+
+
+def bf16_optimizer_norm_extra_bytes(inp: StepInputs, stage: Stage, owned: Num) -> Num:
+    """HBM bytes the BF16_Optimizer's gradient norm reads per step on ``stage`` beyond the one norm read
+    per ``owned`` parameter that StepInputs.optimizer_step_bytes counts: (P − owned) ·
+    cost.runtimes.bf16_optimizer_norm_bytes (4 B), P the stage's parameters per GPU over its gradient
+    groups, where the candidate runs the BF16_Optimizer (``bf16_optimizer_runs``); 0 elsewhere. Its norm
+    reads the whole fp32 gradient, which it keeps unsharded, not only the partition it steps
+    (runtime/bf16_optimizer.py step and get_grads_for_norm at 0050fdad)."""
+    runs = bf16_optimizer_runs(inp)
+    if runs is False:
+        return 0.0
+    params = sum(stage_params(stage, name) for name in inp.gradient_groups)
+    return where(runs, (params - owned) * bf16_optimizer_norm_bytes(), 0.0)
