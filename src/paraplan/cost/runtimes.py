@@ -273,6 +273,38 @@ def separate_grad_accum_first_bytes() -> float:
     return 2.0 + 4.0
 
 
+def zero2_bucket_copy_bytes(grad_bytes: float) -> float:
+    """HBM bytes per parameter that DeepSpeed's ZeRO stage-2 optimizer moves after each micro-batch's
+    backward copying its gradient (kept in a dtype of ``grad_bytes`` bytes, the model's) into the
+    contiguous IPG bucket: 2·g (read, write). ``reduce_independent_p_g_buckets_and_remove_grads``, from
+    each gradient's hook on the compute stream (``reduce_ready_partitions_and_remove_grads``: every
+    micro-batch where ``partition_gradients``), runs ``new_grad_tensor.copy_(grad_reduc.view(-1))`` into
+    ``ipg_buffer`` (model dtype) under ``contiguous_gradients`` (default True, zero/config.py), for every
+    parameter of at most ``reduce_bucket_size`` elements (deepspeedai/DeepSpeed
+    deepspeed/runtime/zero/stage_1_and_2.py 922-949 at 0050fdad, 939-966 at v0.16.4 e2dc3eeb)."""
+    return 2.0 * grad_bytes
+
+
+def zero2_partition_bytes(grad_bytes: float) -> float:
+    """HBM bytes per parameter of the GPU's gradient partition that DeepSpeed's ZeRO stage-2 optimizer
+    moves after a micro-batch's reduction, but the step's first: 2·g + 3·g = 5·g. ``reduce_ipg_grads``
+    copies each reduced gradient of the partition out of the IPG bucket into a fresh model-dtype
+    ``grads_in_partition`` (``copy_grads_in_partition``: read, write), and the epilogue
+    (``independent_gradient_partition_epilogue``, every micro-batch: DeepSpeedEngine.allreduce_gradients
+    calls it where ``zero_optimization_partition_gradients``) adds them into ``averaged_gradients``
+    (``accumulated_grad.add_(new_avg_grad)``: read two, write one), on the compute stream without
+    overlap_comm (stage_1_and_2.py 747-790, 1315-1349, 1351-1402 at 0050fdad; engine.py 1914-1928)."""
+    return 2.0 * grad_bytes + 3.0 * grad_bytes
+
+
+def zero2_partition_first_bytes(grad_bytes: float) -> float:
+    """HBM bytes per partition parameter of ZeRO stage 2 on the step's first micro-batch: 2·g, the copy into
+    ``grads_in_partition`` alone. ``averaged_gradients[i]`` is None after each step (stage_1_and_2.py 1889 at
+    0050fdad), so the epilogue takes ``get_flat_partition``'s views of the gradients (no copy where the
+    dtypes agree, ``return_tensor_list=True``) instead of adding (``zero2_partition_bytes`` the others')."""
+    return 2.0 * grad_bytes
+
+
 def accumulation_bytes_per_microbatch(pass_bytes, first_saving_bytes, microbatches):
     """Mean HBM bytes per parameter and micro-batch of a gradient accumulation over a step of m =
     ``microbatches`` micro-batches, each moving ``pass_bytes`` except the first, which moves
