@@ -140,40 +140,38 @@ def test_the_bound_takes_the_least_cell():
     )  # stages 0, 1 and the BF16_Optimizer own none
 
 
+def _backward_added(zero: int, dtype: str) -> tuple[float, float]:
+    """(backward seconds the deepspeed profile adds to the same stack without DeepSpeed's optimizers
+    (zero0_bf16_optimizer false: no pass), P per GPU) of gpt3-1.3b on 8 H100s, micro-batch 4, global
+    batch 64 (m = 2) at ZeRO ``zero`` in ``dtype``."""
+    fields = {"zero": zero, "dtype": dtype, **PLAN}
+    on = estimate("gpt3-1.3b", H100, framework="deepspeed", **fields)
+    off = estimate(
+        "gpt3-1.3b",
+        H100,
+        framework=load_framework("deepspeed").model_dump() | {"zero0_bf16_optimizer": False},
+        **fields,
+    )
+    return on.breakdown.backward_s - off.breakdown.backward_s, on.stages[0].weights_bytes / 2.0
+
+
 def test_fp16_zero1_pays_autograds_pass_by_hand():
     """gpt3-1.3b on 8 H100s, micro-batch 4, global batch 64, fp16 at ZeRO 1 under deepspeed: m = 2
     micro-batches, the first's gradient taken by AccumulateGrad (param.grad None after the step's
     zero_grad), the second adding P·6 B into the fp16 param.grad at the HBM rate
-    (cost.runtimes.grad_accumulation_s): one add per step, against the same stack without DeepSpeed's
-    optimizers (zero0_bf16_optimizer false: no pass)."""
-    fields = {"zero": 1, "dtype": "fp16", **PLAN}
-    on = estimate("gpt3-1.3b", H100, framework="deepspeed", **fields)
-    off = estimate(
-        "gpt3-1.3b",
-        H100,
-        framework=load_framework("deepspeed").model_dump() | {"zero0_bf16_optimizer": False},
-        **fields,
-    )
-    params = on.stages[0].weights_bytes / 2.0
+    (cost.runtimes.grad_accumulation_s): one add per step."""
+    added, params = _backward_added(1, "fp16")
     by_hand = params * 6.0 / _system("deepspeed").accelerator.hbm_rate()
     assert by_hand == pytest.approx(0.0027765, rel=1e-3)
-    assert on.breakdown.backward_s - off.breakdown.backward_s == pytest.approx(by_hand, rel=1e-9)
+    assert added == pytest.approx(by_hand, rel=1e-9)
 
 
 def test_zero2_passes_by_hand():
-    """gpt3-1.3b on 8 H100s, micro-batch 4, global batch 64 (m = 2), bf16 at ZeRO 2 under deepspeed: each
-    micro-batch copies the P bf16 gradients into the IPG bucket (P·4 B) and, of its P/8 partition, copies
-    them out (4 B) and, but on the first micro-batch, adds them up (6 B): the step's backward moves
-    2·P·4 + P/8·(2·10 − 6) B more at the HBM rate than the same stack without DeepSpeed's optimizers."""
-    fields = {"zero": 2, "dtype": "bf16", **PLAN}
-    on = estimate("gpt3-1.3b", H100, framework="deepspeed", **fields)
-    off = estimate(
-        "gpt3-1.3b",
-        H100,
-        framework=load_framework("deepspeed").model_dump() | {"zero0_bf16_optimizer": False},
-        **fields,
-    )
-    params = on.stages[0].weights_bytes / 2.0
+    """The same run in bf16 at ZeRO 2: each micro-batch copies the P bf16 gradients into the IPG bucket
+    (P·4 B) and, of its P/8 partition, copies them out (4 B) and, but on the first micro-batch, adds them up
+    (6 B): the step's backward moves 2·P·4 + P/8·(2·10 − 6) B more at the HBM rate."""
+    added, params = _backward_added(2, "bf16")
     step_bytes = 2 * params * 4.0 + params / 8 * (2 * 10.0 - 6.0)
-    by_hand = step_bytes / _system("deepspeed").accelerator.hbm_rate()
-    assert on.breakdown.backward_s - off.breakdown.backward_s == pytest.approx(by_hand, rel=1e-9)
+    assert added == pytest.approx(
+        step_bytes / _system("deepspeed").accelerator.hbm_rate(), rel=1e-9
+    )
