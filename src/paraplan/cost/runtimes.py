@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from paraplan.cost.elementwise import where
 from paraplan.cost.moe_host import sync_drain_s
 from paraplan.specs.runtime import RuntimeCosts, StackRuntimeFields
 
@@ -440,6 +441,26 @@ def foreach_adamw_clip_bytes() -> float:
     (torchtitan/optimizer.py, config_manager.py)."""
     adam = _UNARY + _BINARY + _UNARY + _TERNARY + 3 * _UNARY + _TERNARY
     return adam + clip_grad_norm_bytes()
+
+
+def deepspeed_allreduce_copy_bytes(kept_bytes, reduce_bytes, flat):
+    """HBM bytes per parameter that DeepSpeed's fallback all-reduce moves around the collective, for
+    gradients kept in k = ``kept_bytes`` and reduced in c = ``reduce_bytes`` bytes: 2·c, plus 2·k + 2·c
+    where c ≠ k, plus 4·k where the buckets hold several tensors (``flat`` false). Floats or arrays.
+
+    ``buffered_allreduce_fallback`` → ``allreduce_no_retain`` → ``allreduce_and_copy`` → ``allreduce_bucket``
+    (deepspeedai/DeepSpeed deepspeed/runtime/engine.py 2336-2379 at 0050fdad): ``self.flatten(bucket)``
+    (torch's flatten_dense_tensors: a cat, read k and write k, of several tensors; a view of a single one),
+    the cast to ``communication_data_type`` where it differs (read k, write c), the average after the
+    all-reduce (postscale_gradients, the default: ``tensor_to_allreduce.mul_(predivide / dp_world_size)``,
+    read c, write c), the cast back (``tensor.copy_(tensor_to_allreduce)``: read c, write k), and
+    ``buf.copy_(synced)`` of each gradient from the unflattened result (read k, write k; none where
+    ``synced`` is the gradient itself, PyTorch's copy_ returning early on the same data). The
+    BF16_Optimizer hands it one flat fp32 buffer per parameter group (``get_grads_for_reduction``,
+    ``non_expert_gradients``, runtime/bf16_optimizer.py 147-153, 369-372): flat; the other optimizers
+    their per-parameter ``param.grad`` (``_get_gradients_for_reduction``, engine.py 2381)."""
+    cast = where(reduce_bytes != kept_bytes, 2.0 * kept_bytes + 2.0 * reduce_bytes, 0.0)
+    return 2.0 * reduce_bytes + cast + where(flat, 0.0, 4.0 * kept_bytes)
 
 
 def runtime_copy_s(elements, bytes_per_element, hbm_rate):

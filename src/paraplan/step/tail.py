@@ -23,6 +23,7 @@ from paraplan.step.bf16_optimizer_sync import (
     bf16_optimizer_kinds,
     bf16_optimizer_norm_extra_bytes,
     bf16_optimizer_traffic,
+    deepspeed_fallback_copies,
     optimizer_shard_ways,
 )
 from paraplan.step.inputs import (
@@ -126,7 +127,7 @@ def tail_terms(
     branch_of = zero_branch(inp.knobs.zero)
     branches = zero_branches(inp.knobs.zero, branch_of)
     traffic = _dp_traffic(inp, stage, branches, (calls, per_call))
-    time, price = traffic.time, traffic.price
+    time, price = deepspeed_fallback_copies(inp, stage, traffic.time, traffic.price)
     grad_window = backward_window * inp.knobs.overlap_dp_grad_reduce
     gather_window = forward_window * inp.knobs.overlap_param_gather
     gather_window, after_step = bf16_optimizer_traffic(inp, time, price, gather_window)
