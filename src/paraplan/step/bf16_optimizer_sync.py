@@ -112,6 +112,13 @@ def bf16_optimizer_norm_extra_bytes(inp: StepInputs, stage: Stage, owned: Num) -
     return where(runs, (params - owned) * bf16_optimizer_norm_bytes(), 0.0)
 
 
+def optimizer_traffic_bytes(inp: StepInputs, stage: Stage, owned: Num) -> Num:
+    """HBM bytes of the optimizer step on ``stage``: ``owned`` · StepInputs.optimizer_step_bytes plus the
+    BF16_Optimizer's norm over the rest of its whole gradient (``bf16_optimizer_norm_extra_bytes``), the
+    device traffic step.tail.tail_terms prices."""
+    return owned * inp.optimizer_step_bytes + bf16_optimizer_norm_extra_bytes(inp, stage, owned)
+
+
 def deepspeed_fallback_copies(inp: StepInputs, stage: Stage, time: dict, price: dict) -> tuple:
     """(time, price) of step.tail._Traffic's call kinds with DeepSpeed's fallback all-reduce's copies
     added to the all-reduce's, where the stack runs DeepSpeed's optimizers (StepInputs.zero_stage_terms'

@@ -21,10 +21,10 @@ from paraplan.cost.zero3_host import host_exposed_s
 from paraplan.step import zero3_legacy as legacy
 from paraplan.step.bf16_optimizer_sync import (
     bf16_optimizer_kinds,
-    bf16_optimizer_norm_extra_bytes,
     bf16_optimizer_traffic,
     deepspeed_fallback_copies,
     optimizer_shard_ways,
+    optimizer_traffic_bytes,
 )
 from paraplan.step.inputs import (
     TRANSFORMER_KINDS,
@@ -167,9 +167,7 @@ def tail_terms(
         else sum(stage_params(stage, name, TRANSFORMER_KINDS) for name in inp.gradient_groups)
     )
     device = (
-        owned * inp.optimizer_step_bytes
-        + bf16_optimizer_norm_extra_bytes(inp, stage, owned)
-        + quantised * inp.fp8_weight_quant_bytes
+        optimizer_traffic_bytes(inp, stage, owned) + quantised * inp.fp8_weight_quant_bytes
     ) / inp.hbm_rate
     idle = launch_blocking_idle_s(host, inp.launch_blocking)  # synchronous launches: D + H
     optimizer = where(inp.knobs.offload_optimizer, 0.0, host_bound_s(device, host, idle))
