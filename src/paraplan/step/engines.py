@@ -153,7 +153,7 @@ ENGINES = {
     # - gradients accumulate across micro-batches by the optimizer DeepSpeed runs for the dtype, ZeRO
     #   stage and gradient dtype (the BF16_Optimizer where step.constants.runs_bf16_optimizer, 18 B:
     #   cost.runtimes.bf16_optimizer_accumulation_bytes; the others' model-dtype param.grad or fp32
-    #   grad_accum at ZeRO 0/1, step.constants.zero01_accumulation_bytes): the stack's, resolved by
+    #   grad_accum at ZeRO 0/1, step.constants.zero_accumulation_bytes): the stack's, resolved by
     #   step.constants.at_zero_stage as on a uniform plan (grad_accumulation "fused" below: one rule
     #   for both paths; docs/model.md, "The PipelineEngine's gradient accumulation on both paths");
     # - LoadMicroBatch before each forward on the first and last stage reads the batch's sizes back to the

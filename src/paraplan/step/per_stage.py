@@ -179,6 +179,8 @@ def stage_arrays(
     if rules.grad_accumulation != "fused":  # every micro-batch, as the stack states it
         terms["grad_accumulation_bytes"] = grad_accumulation_bytes(rules)
         terms["grad_accumulation_first_saving_bytes"] = 0.0
+        terms["grad_accumulation_owned_bytes"] = 0.0
+        terms["grad_accumulation_owned_first_saving_bytes"] = 0.0
     # an engine that synchronises on its batch loads (step.compose.runtime_work) sets them, priced as the stack's
     if rules.batch_syncs:
         terms["batch_sync_s"] = batch_sync_s(slowest, rules.batch_syncs)
