@@ -21,7 +21,7 @@ from typing import Any
 from paraplan.validate.cv import hetero_step_error
 from paraplan.validate.fitted import FITTED_CONSTANTS, FittedConstant, refit
 from paraplan.validate.hetero import load_hetero_cases
-from paraplan.validate.joint_refit import _OneLineParser, uniform_constants
+from paraplan.validate.joint_refit import refit_parser, uniform_constants
 
 
 def amp_constants() -> list[FittedConstant]:
@@ -67,16 +67,9 @@ def hetero_refit(sweeps: int = 2, hold: tuple[str, ...] = ()) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = _OneLineParser(
-        prog="python -m paraplan.validate.hetero_refit",
-        description="Refit the constants fitted on AMP's trials jointly (module docstring).",
-    )
-    parser.add_argument(
-        "--hold",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help="keep this constant at its catalog value (repeatable)",
+    parser = refit_parser(
+        "python -m paraplan.validate.hetero_refit",
+        "Refit the constants fitted on AMP's trials jointly (module docstring).",
     )
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     try:
