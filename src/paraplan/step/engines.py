@@ -123,6 +123,8 @@ def host_layer_times_s(rules: EngineRules) -> tuple[float, float]:
 # timed trials (both clusters) with the T4 catalog efficiencies, never per trial; bounded by component
 # data: AMP's profiled single-layer forward at micro-batch 1 (src/known_cost/gpt2_{P3,G4}_1.npy: 3.9 ms
 # on V100, 4.9-5.8 ms on T4) exceeds our GPU time of that layer by 2.9 ms (V100) and ~1.9 ms (T4).
+# Refit 2026-11-30 with the sender's TP gather and the first micro-batch's saving priced
+# (python -m paraplan.validate.hetero_refit, the four constants of AMP's trials free): 0.998 ms.
 DEEPSPEED_HOST_LAYER_FORWARD_S = 1.0e-3
 
 # Bytes of GPU memory per byte of stored activations (Korthikanti et al. 2022 counting) on AMP's stack:
@@ -201,7 +203,9 @@ ENGINE_STACKS = {
     #   tail_terms' fp32 all-reduce prices;
     # - its FP16 optimizer holds fp16 gradients (2 B) and builds fp32 master gradients (4 B) at the
     #   step, beside fp16 weights, fp32 master weights and Adam moments
-    #   (runtime/fp16/fused_optimizer.py): 2 + 2 + 4 + 4 + 8 = 20 B per parameter at the step
+    #   (runtime/fp16/unfused_optimizer.py, the one DeepSpeed builds for Megatron's apex FusedAdam: see
+    #   grads_none_after_step below; fused_optimizer.py holds the same): 2 + 2 + 4 + 4 + 8 = 20 B per
+    #   parameter at the step
     #   (gradient_bytes 6);
     # - the forward activation is partitioned over the TP ranks (pipe/engine.py 109-110:
     #   is_pipe_partitioned = is_model_parallel, is_grad_partitioned = False) and gradients are sent
