@@ -9,8 +9,8 @@ Read top-down:
    gathers the same fields, from the same cached functions, as numpy arrays (search/table.py).
 3. ``row_blocks`` / ``block_cost``: per-block time terms (step.compose.block_terms) with the rules that
    decide them — recomputation re-runs the kinds BLOCK_KINDS marks recomputed; TP comm-GEMM overlap
-   only when the TP group sits in one NVLink domain. The per-stage path (step/per_stage.py) builds its
-   blocks through the same ``block_cost``.
+   only when the TP group sits in one NVLink domain. The per-stage path (step/stage_blocks.py) costs its
+   blocks through the same ``kind_cost_facts``, ``kind_memory_facts`` (at each block's widths) and ``block_cost``.
 4. step/layout.py lays the blocks out on stages (a uniform split or a per-stage plan).
 Steps 3 and 4 are written once for floats and arrays: the estimator and the search share them.
 """

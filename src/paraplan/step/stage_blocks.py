@@ -1,6 +1,7 @@
 """The blocks of a per-stage plan's stage on one pool's GPUs: one BlockCost per distinct block of the model's
-block list (step.blocks.model_blocks), costed as the uniform path costs them (step.block_sums' sums,
-step.build.block_cost), with the pipeline engine's rules (step.engines.EngineRules) on top; and the names
+block list (step.blocks.model_blocks), costed by the uniform path's functions (step.build.kind_cost_facts and
+kind_memory_facts at the block's widths, step.build.block_cost), with the pipeline engine's rules
+(step.engines.EngineRules) on top; and the names
 a per-op recompute list may give (``recomputable_names``).
 step/layout.py lays them out on stages, step/per_stage.py prices the plan.
 """
