@@ -116,8 +116,8 @@ def _graph_statics(
 @lru_cache(maxsize=65536)
 def _weight_stats(model: ModelSpec, name: str, shape: LayerShape, width: Width) -> tuple:
     """graph.ops.weight_tensor_stats of the block kind's graph at ``width`` for exactly this shape (one walk)."""
-    graph = BLOCK_KINDS[name].graph(
-        model, shape, width
+    graph = BLOCK_KINDS[name].build(
+        model, width, shape
     )  # the builders are cached: the same graph as the caller's
     return weight_tensor_stats(graph, *weight_stat_fields(width))
 
@@ -126,7 +126,7 @@ def _weight_stats(model: ModelSpec, name: str, shape: LayerShape, width: Width) 
 def _statics_of(model: ModelSpec, system: SystemSpec, name: str, shape: LayerShape, width: Width):
     """_graph_statics of the block kind's graph at ``width`` for exactly this shape (the kernels the host issues:
     the widths' bias and qkv bias)."""
-    graph = BLOCK_KINDS[name].graph(model, shape, width)
+    graph = BLOCK_KINDS[name].build(model, width, shape)
     tensors, largest, small = _weight_stats(model, name, shape, width)
     bias = (width.has_bias, width.has_qkv_bias)
     return block_compute(graph, system, shape.dtype, bias), tensors, largest, small

@@ -229,7 +229,7 @@ def _kind_cost_facts(
     block's collectives do not use is not part of its cost: costed once whatever that span (the embedding and
     LM head have no CP collective, whatever the CP placement; ``_used_span_cost_facts``)."""
     width = block_width(model, width)
-    used = collective_groups(BLOCK_KINDS[name].graph(model, shape, width))
+    used = collective_groups(BLOCK_KINDS[name].build(model, width, shape))
     if not used & _TP_GROUPS and shape.tp_layout != "2d":  # SUMMA's exposure reads the tp span
         tp_span = _NO_SPAN
     if "cp" not in used:
@@ -250,7 +250,7 @@ def _used_span_cost_facts(
     """``_kind_cost_facts`` on the (tp, cp) spans the block's collectives use (the others _NO_SPAN), at ``width``."""
     tp_span, cp_span = spans
     moe = moe_shaped(model)
-    graph = BLOCK_KINDS[name].graph(model, shape, width)
+    graph = BLOCK_KINDS[name].build(model, width, shape)
     used = collective_groups(graph)
     comm = block_comm(
         graph,
