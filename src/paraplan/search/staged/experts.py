@@ -123,3 +123,13 @@ def plan_expert_fields(problem: HeteroProblem) -> dict:
     if not problem.model.is_moe:
         return {}
     return {name: getattr(problem, name) for name in EXPERT_KNOBS}
+
+
+def expert_label(problem: HeteroProblem, settings: list[StageSetting]) -> str:
+    """The end of a searched plan's label for an MoE model: its ep and etp (every stage's), dispatcher and a2a
+    overlap; "" for a dense model."""
+    if not problem.model.is_moe:
+        return ""
+    dims = settings[0].dims
+    overlap = " a2a-overlap" if problem.moe_a2a_overlap else ""
+    return f"; ep{dims.ep} etp{dims.etp} {problem.moe_dispatcher}{overlap}"

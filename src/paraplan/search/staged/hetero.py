@@ -32,6 +32,7 @@ from typing import NamedTuple
 
 from paraplan.search.staged.alleviate import recompute_label
 from paraplan.search.staged.experts import (
+    expert_label,
     expert_options,
     expert_space_factor,
     expert_stage_ok,
@@ -327,7 +328,8 @@ def search_cluster(
         problem, sum(expert_space_factor(problem, [d.dims.tp]) for d in degrees)
     )
     plans = [
-        Candidate(t, _plan_from(p, s, b, m), _label(s, b, o)) for t, s, b, m, o, p in found[:top_k]
+        Candidate(t, _plan_from(p, s, b, m), _label(s, b, o) + expert_label(p, s))
+        for t, s, b, m, o, p in found[:top_k]
     ]
     stopped = (
         f"time budget {time_budget_s:.3g} s reached: {progress[0]} of {total_orders} pool orders "

@@ -34,7 +34,12 @@ from paraplan.search.staged.alleviate import (
     alleviate,
     recompute_choices,
 )
-from paraplan.search.staged.experts import expert_options, expert_space_factor, plan_problem
+from paraplan.search.staged.experts import (
+    expert_label,
+    expert_options,
+    expert_space_factor,
+    plan_problem,
+)
 from paraplan.search.staged.hetero import (
     Candidate,
     HeteroProblem,
@@ -221,7 +226,7 @@ def _exact(
     found, solved, bounded, cut = best_splits(problem, candidates, top_k, deadline)
     names = (problem.cluster.pools[0].name,)
     plans = [
-        Candidate(t, _plan_from(p, s, b, m), _label(s, b, names))
+        Candidate(t, _plan_from(p, s, b, m), _label(s, b, names) + expert_label(p, s))
         for t, s, b, m, _, p in found[:top_k]
     ]
     # a uniform seed's run-wide settings are outside this space
@@ -301,7 +306,8 @@ def _candidate(problem: HeteroProblem, configs, m: int, note: str = "") -> Candi
         return None
     plan, est, settings, bounds = priced
     names = (problem.cluster.pools[0].name,)
-    return Candidate(est.step_time_s, plan, _label(settings, bounds, names) + note)
+    label = _label(settings, bounds, names) + expert_label(problem, settings)
+    return Candidate(est.step_time_s, plan, label + note)
 
 
 def _seed_starts(problem: HeteroProblem, deadline: float) -> list[_Start]:
@@ -363,7 +369,9 @@ def _alleviation(
         left_s = max(0.0, deadline - time.perf_counter())
         result = _alleviate(s.problem, _configs_of(s.candidate.plan, n_blocks), m, left_s)
         evaluated += result.evaluations
-        note = _runwide_note(s.problem) if s.problem is not problem else ""
+        # a seed's run-wide settings (not those of an AMP-style start, priced under its expert switch)
+        seeded = s.problem is not plan_problem(problem, s.candidate.plan)
+        note = _runwide_note(s.problem) if seeded else ""
         c = _candidate(s.problem, result.best, m, note)
         if best is None or c.step_time_s < best.step_time_s:
             best, trajectory = c, result.trajectory
