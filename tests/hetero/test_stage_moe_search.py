@@ -11,8 +11,9 @@ import json
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.hetero.test_staged_plans_valid import CHECK as STAGED_CHECK
 
 from paraplan.catalog import load_model
 from paraplan.catalog.clusters import cluster_from_dict
@@ -27,13 +28,7 @@ from paraplan.specs.parallel import ParallelDims
 from paraplan.specs.stage_plan import stage_plan_to_dict, stage_plan_violations
 from paraplan.step.per_stage import tied_embedding_sync_s
 
-CHECK = settings(
-    max_examples=4,
-    derandomize=True,
-    deadline=None,
-    database=None,
-    suppress_health_check=list(HealthCheck),
-)
+CHECK = settings(STAGED_CHECK, max_examples=4)  # derandomized, no deadline, no database
 POOLS = {
     "h100": {"name": "h100", "system": "dgx-h100-80gb", "nodes": 1},
     "a100": {"name": "a100", "system": "dgx-a100-80gb", "nodes": 1},
