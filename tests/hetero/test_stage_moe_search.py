@@ -25,8 +25,12 @@ from paraplan.search.staged.hetero import HeteroProblem, search_cluster
 from paraplan.search.staged.non_uniform import search_non_uniform
 from paraplan.search.staged.splits import lower_bound, split_stages, stage_matrices
 from paraplan.specs.parallel import ParallelDims
-from paraplan.specs.stage_plan import stage_plan_to_dict, stage_plan_violations
-from paraplan.step.per_stage import tied_embedding_sync_s
+from paraplan.specs.stage_plan import (
+    stage_plan_from_dict,
+    stage_plan_to_dict,
+    stage_plan_violations,
+)
+from paraplan.step.per_stage import estimate_stage_plan, tied_embedding_sync_s
 
 CHECK = settings(STAGED_CHECK, max_examples=4)  # derandomized, no deadline, no database
 POOLS = {
@@ -171,3 +175,28 @@ def test_search_cluster_cli_returns_mixtral_plans(cli, tmp_path):
         assert "ep8 etp1 alltoall" in p["label"]
     code, out, err = cli(*argv)
     assert code == 0 and "ep8 etp1 alltoall" in out, err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, pp", [("deepseek-v3", 16), ("gpt-oss-120b", 8)])
+def test_mla_mtp_and_windowed_models_are_searched(name, pp):
+    """DeepSeek-V3 (MLA, an MTP module) and GPT-OSS-120B (windowed and full layers in turn), which
+    ``per_stage_model_rule`` refused by name, are searched on 16 DGX H100 + 16 DGX H200 nodes: every plan passes
+    the per-stage check and re-estimates (step.per_stage.estimate_stage_plan of its dict) to the reported step."""
+    cluster = cluster_from_dict(
+        {
+            "pools": [
+                {"name": "a", "system": "dgx-h100-80gb", "nodes": 16},
+                {"name": "b", "system": "dgx-h200", "nodes": 16},
+            ]
+        }
+    )
+    axes = {"tps": (2,), "pps": (pp,), "micro_batches": (1,), "ep": (8,), "recompute": ("full",)}
+    problem = HeteroProblem(load_model(name), cluster, 512, 4096, dispatchers=("alltoall",), **axes)
+    result = search_cluster(problem, top_k=2)
+    assert result.plans and not result.stopped
+    for c in result.plans:
+        assert stage_plan_violations(c.plan, problem.model, cluster) == []
+        plan = stage_plan_from_dict(stage_plan_to_dict(c.plan))
+        est = estimate_stage_plan(problem.model, cluster, plan)
+        assert est.step_time_s == pytest.approx(c.step_time_s, rel=1e-9), c.label
