@@ -17,7 +17,6 @@ model takes one pool's GPUs (specs.rules_moe.stage_pools_rule) and keeps the uni
 from __future__ import annotations
 
 from dataclasses import replace
-from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from paraplan.search import launch
@@ -68,14 +67,19 @@ def _launched(problem: HeteroProblem, dims: ParallelDims, dispatcher: str) -> bo
     )
 
 
-@lru_cache(maxsize=256)
 def switched(problem: HeteroProblem, dispatcher: str, overlap: bool) -> HeteroProblem:
     """The problem pricing candidates of this (dispatcher, a2a overlap) switch: ``problem`` itself where it
-    states them, else a copy (memoised: the candidates of one switch share its Common, so the
-    stage costs' caches, step.per_stage.stage_arrays, hit across them)."""
+    states them, else a copy, memoised on ``problem`` (the candidates of one switch share its Common, so the
+    stage costs' caches, step.per_stage.stage_arrays, hit across them; a problem stated with lists, as the
+    Python API may, is not hashable, so no lru_cache)."""
     if (problem.moe_dispatcher, problem.moe_a2a_overlap) == (dispatcher, overlap):
         return problem
-    return replace(problem, moe_dispatcher=dispatcher, moe_a2a_overlap=overlap)
+    memo = problem.__dict__.setdefault("_switched", {})
+    if (dispatcher, overlap) not in memo:
+        memo[(dispatcher, overlap)] = replace(
+            problem, moe_dispatcher=dispatcher, moe_a2a_overlap=overlap
+        )
+    return memo[(dispatcher, overlap)]
 
 
 def plan_problem(problem: HeteroProblem, plan) -> HeteroProblem:
