@@ -24,6 +24,7 @@ from paraplan.search.staged.experts import expert_options, expert_space_factor
 from paraplan.search.staged.hetero import HeteroProblem, search_cluster
 from paraplan.search.staged.non_uniform import search_non_uniform
 from paraplan.search.staged.splits import lower_bound, split_stages, stage_matrices
+from paraplan.specs.errors import InputError
 from paraplan.specs.parallel import ParallelDims
 from paraplan.specs.stage_plan import (
     stage_plan_from_dict,
@@ -200,3 +201,19 @@ def test_mla_mtp_and_windowed_models_are_searched(name, pp):
         plan = stage_plan_from_dict(stage_plan_to_dict(c.plan))
         est = estimate_stage_plan(problem.model, cluster, plan)
         assert est.step_time_s == pytest.approx(c.step_time_s, rel=1e-9), c.label
+
+
+def test_the_fixed_moe_knobs_are_checked_and_sequence_parallelism_is_stated():
+    """The problem refuses a router spread above √(experts/top_k − 1) (Mixtral: √(8/2 − 1) = 1.732) and a stated
+    deepep dispatcher with a capacity factor, as the uniform search does; an MoE model's search states sequence
+    parallelism (Megatron-Core's rule with tp > 1) unless the launcher refuses it (DeepSpeed's AutoTP), a
+    dense model's keeps it off."""
+    with pytest.raises(InputError, match=r"expert_load_cv: 2\.0 is not allowed.*= 1\.732"):
+        _problem("mixtral-8x7b", expert_load_cv=2.0)
+    with pytest.raises(InputError, match="moe_dispatcher: 'deepep' is not allowed; the deepep"):
+        _problem("mixtral-8x7b", moe_dispatcher="deepep", capacity_factor=1.0)
+    assert _problem("mixtral-8x7b")[0].sequence_parallel
+    assert not _problem("mixtral-8x7b", framework="deepspeed", ep=(1,))[0].sequence_parallel
+    problem, _ = _problem("mixtral-8x7b")
+    dense = HeteroProblem(load_model("llama3-8b"), problem.cluster, 16, 2048)
+    assert not dense.sequence_parallel
