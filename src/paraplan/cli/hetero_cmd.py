@@ -214,7 +214,8 @@ def search_hetero(
     dtype_given: bool = True,
 ) -> HeteroResult:
     """``paraplan search --cluster FILE`` (AMP-style) or ``--non-uniform`` (Aceso-style); ``note`` ends the header
-    line; ``restrictions`` (AMP-style only): HeteroProblem axis fields (tps, pps, micro_batches, recompute);
+    line; ``restrictions``: HeteroProblem axis fields (AMP-style only: tps, pps, micro_batches, recompute;
+    both: an MoE model's ep, etp, dispatchers and expert_load_cv, search.staged.experts);
     ``framework``: a profile's stack on every pool and its plan defaults (profile_fields), as
     ``estimate --plan --framework`` prices a per-stage plan; ``attention_given``: --attention was stated
     (else the profile's attention default wins); ``dtype_given``: --dtype was stated. Those not stated

@@ -51,7 +51,7 @@ ClusterOption = optional(
     Path,
     "--cluster",
     help="cluster of node pools (YAML/JSON): a non-uniform --plan's GPUs, or an AMP-style search "
-    "(cp 1; dense models only, ep 1; schedule 1f1b)",
+    "(cp 1; one ep / etp per plan, an MoE stage on one pool; schedule 1f1b)",
 )
 
 

@@ -82,12 +82,26 @@ HETERO_SEARCH_OPTIONS = frozenset(
         "as_json",
         "width",
         "framework",
+        # a mixture-of-experts model's axes and router spread (search.staged.experts), as the uniform search's
+        "ep",
+        "etp",
+        "dispatcher",
+        "expert_load_cv",
     }
 )
 RESTRICT_HINT = (
     "restrict axes for a faster search: --tp, --pp, --cp, --ep, --micro-batch, --dispatcher, --no-offload, "
     "--default-placement"
 )
+
+
+def _expert_restrictions(axes: SearchAxes, ep, etp, dispatcher, expert_load_cv) -> dict:
+    """The HeteroProblem fields of the MoE options (--ep, --etp, --dispatcher: search.staged.experts.EXPERT_AXES,
+    parsed as the uniform search parses them; --expert-load-cv), for the per-stage searches."""
+    from paraplan.search.staged.experts import EXPERT_AXES
+
+    parsed = axes.restrictions(ep=ep, etp=etp, dispatcher=dispatcher)
+    return {name: parsed[name] for name in EXPERT_AXES} | {"expert_load_cv": expert_load_cv}
 
 
 @app.command()
@@ -158,7 +172,7 @@ def search(
     cluster: ClusterOption = None,
     non_uniform: switch(
         "--non-uniform",
-        help="per-stage GPUs / tp / recompute on one GPU type (cp 1; dense models only, ep 1; schedules "
+        help="per-stage GPUs / tp / recompute on one GPU type (cp 1; one ep / etp per plan; schedules "
         "1f1b, interleaved, gpipe: zb-h1 and dualpipe per-stage plans are priced by estimate --plan, not "
         "searched): Aceso-style search",
     ) = False,
@@ -214,7 +228,8 @@ def search(
             time_budget,
             width,
             note,
-            {AMP_SEARCH_AXES[k]: restrictions[k] for k in AMP_SEARCH_AXES},
+            {AMP_SEARCH_AXES[k]: restrictions[k] for k in AMP_SEARCH_AXES}
+            | _expert_restrictions(axes, ep, etp, dispatcher, expert_load_cv),
             framework,
             "attention" in explicit_options(ctx, ("attention",)),
             "dtype" in explicit_options(ctx, ("dtype",)),

@@ -31,6 +31,14 @@ from itertools import pairwise
 from typing import NamedTuple
 
 from paraplan.search.staged.alleviate import recompute_label
+from paraplan.search.staged.experts import (
+    expert_label,
+    expert_options,
+    expert_space_factor,
+    expert_stage_ok,
+    plan_expert_fields,
+    stage_expert_fields,
+)
 from paraplan.search.staged.pool_orders import pool_order_count, pool_orders
 from paraplan.search.staged.problem import (  # noqa: F401  (the problem's names, read from here too)
     HeteroProblem,
@@ -132,6 +140,7 @@ def _plan_from(
     for st, a, b in zip(settings, bounds, bounds[1:]):
         devices = [{"pool": p, "gpus": c} for p, _, c in st.slices]
         stage = {"devices": devices, "blocks": [a, b], "tp": st.dims.tp, "recompute": st.recompute}
+        stage |= stage_expert_fields(problem, st)
         if st.recompute_ops:
             stage["recompute_ops"] = list(st.recompute_ops)
         stages.append(stage)
@@ -151,6 +160,7 @@ def _plan_from(
             "overlap_tp_comm": problem.overlap_tp_comm,
             "sequence_parallel": problem.sequence_parallel,
             **problem.runtime.model_dump(),
+            **plan_expert_fields(problem),
             "stages": stages,
         }
     )
@@ -221,7 +231,8 @@ def _stage_ok(
     microbatches: int,
 ) -> bool:
     """True when stage ``index`` of these degrees on these (pool, first, count) slices keeps every rule
-    of a per-stage plan's stage (specs.rules.stage_rules): what the searched plan's check will ask."""
+    of a per-stage plan's stage (specs.rules.stage_rules; an MoE model's, search.staged.experts.
+    expert_stage_ok): what the searched plan's check will ask."""
     broken = stage_rules(
         problem.model,
         index,
@@ -232,17 +243,17 @@ def _stage_ok(
         problem.seq_length,
         problem.common.sequence_parallel,
     )
-    return not broken
+    return not broken and expert_stage_ok(problem, index, dims, slices)
 
 
 def cluster_space_size(problem: HeteroProblem, degrees: int | None = None) -> int:
     """Candidates of the AMP-style search before the per-stage rules, counted without listing the pool
     orders: (distinct pool orders, search.staged.pool_orders.pool_order_count) × (uniform degrees and
     micro-batch sizes, ``_degrees``: a loop over tp, pp and micro-batch sizes, independent of the
-    orders; ``degrees``: their number where the caller has listed them) × (recomputation modes,
-    ``searched_modes``)."""
+    orders; ``degrees``: their number where the caller has listed them, each weighted by its expert options
+    before the rules, search.staged.experts.expert_space_factor) × (recomputation modes, ``searched_modes``)."""
     if degrees is None:
-        degrees = sum(1 for _ in _degrees(problem))
+        degrees = sum(expert_space_factor(problem, [d.dims.tp]) for d in _degrees(problem))
     return pool_order_count(problem.cluster) * degrees * len(searched_modes(problem))
 
 
@@ -265,9 +276,10 @@ def _candidates(
     deadline: float,
     progress: list[int],
 ):
-    """(settings, microbatches, order) of every candidate, one pool order at a time (``orders``, a
-    list or a generator) and ``degrees`` (``_degrees``), ``progress`` counting the orders begun and the
-    candidates listed; none past ``deadline``."""
+    """(settings, microbatches, order, problem) of every candidate, one pool order at a time (``orders``, a
+    list or a generator), ``degrees`` (``_degrees``) and expert option (search.staged.experts.expert_options:
+    the problem that prices it), ``progress`` counting the orders begun and the candidates listed; none past
+    ``deadline``."""
     if not math.isinf(deadline):
         degrees = sharded_first(degrees)
     stated = [stage_fields(mode) for mode in searched_modes(problem)]  # (recompute, recompute_ops)
@@ -279,13 +291,16 @@ def _candidates(
         for dims, mb, m in degrees:
             pp, per = dims.pp, dims.stage_gpus
             slices = [_slices(gpu_list[k * per : (k + 1) * per]) for k in range(pp)]
-            if not all(_stage_ok(problem, k, dims, slices[k], m) for k in range(pp)):
-                continue  # a stage straddles two pools with part of a TP group in each
-            for rc, ops in stated:
-                settings = [StageSetting(slices[k], dims, mb, rc, ops, k, m) for k in range(pp)]
-                if launchable(problem, settings):
-                    progress[1] += 1
-                    yield settings, m, order
+            for stages, priced in expert_options(problem, [dims] * pp):
+                if not all(_stage_ok(priced, k, stages[k], slices[k], m) for k in range(pp)):
+                    continue  # a stage straddles two pools with part of a TP group in each
+                for rc, ops in stated:
+                    settings = [
+                        StageSetting(slices[k], stages[k], mb, rc, ops, k, m) for k in range(pp)
+                    ]
+                    if launchable(priced, settings):
+                        progress[1] += 1
+                        yield settings, m, order, priced
 
 
 def search_cluster(
@@ -309,10 +324,12 @@ def search_cluster(
         problem, orders or pool_orders(problem.cluster), degrees, deadline, progress
     )
     found, solved, bounded, over = best_splits(problem, stream, top_k, deadline)
-    space = cluster_space_size(problem, len(degrees))
+    space = cluster_space_size(
+        problem, sum(expert_space_factor(problem, [d.dims.tp]) for d in degrees)
+    )
     plans = [
-        Candidate(t, _plan_from(problem, s, b, m), _label(s, b, o))
-        for t, s, b, m, o in found[:top_k]
+        Candidate(t, _plan_from(p, s, b, m), _label(s, b, o) + expert_label(p, s))
+        for t, s, b, m, o, p in found[:top_k]
     ]
     stopped = (
         f"time budget {time_budget_s:.3g} s reached: {progress[0]} of {total_orders} pool orders "

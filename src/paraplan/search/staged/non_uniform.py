@@ -34,6 +34,12 @@ from paraplan.search.staged.alleviate import (
     alleviate,
     recompute_choices,
 )
+from paraplan.search.staged.experts import (
+    expert_label,
+    expert_options,
+    expert_space_factor,
+    plan_problem,
+)
 from paraplan.search.staged.hetero import (
     Candidate,
     HeteroProblem,
@@ -130,15 +136,19 @@ def non_uniform_space_size(
     Each factor 1/(1 − x^(2^j)) is a strided prefix sum, so one more stage costs O(N·log₂N) additions
     (exact integers) instead of the C(N−1, p−1) compositions a loop over them visits. With a launcher
     that runs equal stages only (_stage_choices): size = M · Σ_{p ≤ max_stages, p | N} w(N/p). Either sum
-    counts only the depths p the pipeline runtime takes the ZeRO stage at (problem.depth_allowed)."""
+    counts only the depths p the pipeline runtime takes the ZeRO stage at (problem.depth_allowed). An MoE model's
+    combinations each take E expert options before the rules (search.staged.experts.expert_space_factor), so
+    both sums are multiplied by E (1 for a dense model)."""
     n, modes = problem.cluster.gpus, len(searched_modes(problem))
+    # expert options per combination before the rules (1 for a dense model), etp over 1 and every stage tp
+    experts = expert_space_factor(problem, _powers_of_two(problem.cluster.pools[0].gpus_per_node))
     if launch.restricted(problem.framework):
         equal = [
             g
             for p in range(1, max_stages + 1)
             if (g := even_share(n, p)) and depth_allowed(problem, p)
         ]
-        return sum(modes * len(_stage_tps(g)) for g in equal) * len(microbatch_counts)
+        return sum(modes * len(_stage_tps(g)) for g in equal) * len(microbatch_counts) * experts
     ways = [1] + [0] * n  # ways[s]: weighted lists of p stages on s GPUs; p = 0 to start
     total = 0
     for p in range(1, max_stages + 1):
@@ -153,7 +163,7 @@ def non_uniform_space_size(
             step *= 2
         ways = [modes * x for x in nxt]
         total += ways[n] if depth_allowed(problem, p) else 0
-    return total * len(microbatch_counts)
+    return total * len(microbatch_counts) * experts
 
 
 def search_non_uniform(
@@ -207,15 +217,17 @@ def _exact(
             configs = [
                 StageConfig.of(0, g, t, *stage_fields(rc)) for g, (t, rc) in zip(comp, choice)
             ]
-            for m in counts:
-                settings = _stage_settings_from(problem, configs, m)
-                if settings is not None:
-                    candidates.append((settings, m, None))
+            for stages, priced in expert_options(problem, [c.dims for c in configs]):
+                expert = [replace(c, dims=d) for c, d in zip(configs, stages)]
+                for m in counts:
+                    settings = _stage_settings_from(priced, expert, m)
+                    if settings is not None:
+                        candidates.append((settings, m, None, priced))
     found, solved, bounded, cut = best_splits(problem, candidates, top_k, deadline)
     names = (problem.cluster.pools[0].name,)
     plans = [
-        Candidate(t, _plan_from(problem, s, b, m), _label(s, b, names))
-        for t, s, b, m, _ in found[:top_k]
+        Candidate(t, _plan_from(p, s, b, m), _label(s, b, names) + expert_label(p, s))
+        for t, s, b, m, _, p in found[:top_k]
     ]
     # a uniform seed's run-wide settings are outside this space
     plans = _ranked(plans + seeds)[:top_k]
@@ -294,7 +306,8 @@ def _candidate(problem: HeteroProblem, configs, m: int, note: str = "") -> Candi
         return None
     plan, est, settings, bounds = priced
     names = (problem.cluster.pools[0].name,)
-    return Candidate(est.step_time_s, plan, _label(settings, bounds, names) + note)
+    label = _label(settings, bounds, names) + expert_label(problem, settings)
+    return Candidate(est.step_time_s, plan, label + note)
 
 
 def _seed_starts(problem: HeteroProblem, deadline: float) -> list[_Start]:
@@ -325,7 +338,7 @@ def _starts(problem: HeteroProblem, top_k: int, deadline: float, seeded: bool = 
     if not starts or share_s > 0:
         name = "the AMP-style start search's space (equal stages, layer split by DP)"
         start = search_cluster(problem, top_k=top_k, time_budget_s=share_s, space_name=name)
-        starts += [_Start(c, problem) for c in start.plans]
+        starts += [_Start(c, plan_problem(problem, c.plan)) for c in start.plans]
     return sorted(starts, key=lambda s: s.candidate.step_time_s), start
 
 
@@ -356,7 +369,9 @@ def _alleviation(
         left_s = max(0.0, deadline - time.perf_counter())
         result = _alleviate(s.problem, _configs_of(s.candidate.plan, n_blocks), m, left_s)
         evaluated += result.evaluations
-        note = _runwide_note(s.problem) if s.problem is not problem else ""
+        # a seed's run-wide settings (not those of an AMP-style start, priced under its expert switch)
+        seeded = s.problem is not plan_problem(problem, s.candidate.plan)
+        note = _runwide_note(s.problem) if seeded else ""
         c = _candidate(s.problem, result.best, m, note)
         if best is None or c.step_time_s < best.step_time_s:
             best, trajectory = c, result.trajectory

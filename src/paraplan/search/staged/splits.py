@@ -173,13 +173,15 @@ class _Bounded(NamedTuple):
     microbatches: int
     extra: object
     arrays: list
+    problem: HeteroProblem  # the one whose run-wide settings price the candidate
 
 
 def best_splits(
     problem: HeteroProblem, candidates: Iterable, top_k: int, deadline: float = math.inf
 ) -> tuple[list, int, int]:
-    """Branch and bound over candidate stage lists (``candidates``: (settings, microbatches, extra),
-    a list or a generator): solve the split DP (``split_stages``) in increasing (bound, index) order of
+    """Branch and bound over candidate stage lists (``candidates``: (settings, microbatches, extra) or
+    (settings, microbatches, extra, its problem), a list or a generator; the problem, ``problem`` where not
+    given, is the one whose run-wide settings price the candidate: search.staged.experts.switched): solve the split DP (``split_stages``) in increasing (bound, index) order of
     ``lower_bound`` (at most the composed step of every split of the candidate) and stop once the bound
     reaches the k-th best composed step found (no unsolved candidate can enter the top k).
 
@@ -192,12 +194,12 @@ def best_splits(
     runs to its end; past the deadline nothing more is bounded or solved, found or not, nor is a bound or solve
     started that, taking as long as the longest of its kind so far, would end past it.
 
-    Returns (found, solved, bounded, cut): the k best as (step, settings, bounds, microbatches, extra),
+    Returns (found, solved, bounded, cut): the k best as (step, settings, bounds, microbatches, extra, problem),
     how many candidates were solved and bounded, and whether the deadline cut the search."""
     pending = enumerate(candidates)
     bounded: list[_Bounded] = []
     solved: set[int] = set()
-    found: list = []  # (step, bound, index, settings, bounds, microbatches, extra)
+    found: list = []  # (step, bound, index, settings, bounds, microbatches, extra, problem)
     exhausted = False
     slowest_bound, slowest_solve = (
         [0.0],
@@ -235,13 +237,14 @@ def _bound_round(
         item = next(pending, None)
         if item is None:
             return True
-        index, (settings, microbatches, extra) = item
+        index, (settings, microbatches, extra, *own) = item
         if len(settings) > n:
             continue
         first = False
-        bound, arrays = lower_bound(problem, settings)
+        priced = own[0] if own else problem
+        bound, arrays = lower_bound(priced, settings)
         slowest[0] = max(slowest[0], time.perf_counter() - now)
-        bounded.append(_Bounded(bound, index, settings, microbatches, extra, arrays))
+        bounded.append(_Bounded(bound, index, settings, microbatches, extra, arrays, priced))
 
 
 def _solve_round(
@@ -266,11 +269,10 @@ def _solve_round(
             return False
         solved.add(b.index)
         cutoff = found[top_k - 1][0] if len(found) >= top_k else math.inf
-        best = split_stages(problem, b.settings, b.microbatches, b.arrays, cutoff)
+        best = split_stages(b.problem, b.settings, b.microbatches, b.arrays, cutoff)
         slowest[0] = max(slowest[0], time.perf_counter() - now)
         if best is not None:
-            found.append(
-                (best.step_s, b.bound, b.index, b.settings, best.bounds, b.microbatches, b.extra)
-            )
+            at = (b.bound, b.index, b.settings, best.bounds, b.microbatches, b.extra, b.problem)
+            found.append((best.step_s, *at))
             found.sort(key=lambda f: f[:3])
     return True
