@@ -163,7 +163,8 @@ def pool_units(
 
 def per_block_parts(model: ModelSpec, units: tuple[BlockCost, ...]) -> dict[str, np.ndarray]:
     """BlockTerms seconds of every block of the block list (index k = block k) from the distinct blocks', each
-    with those of the blocks it brings (``attached_blocks``: an MTP module's with the output block)."""
+    with those of the blocks it brings (``attached_blocks``: an MTP module's with the output block): each
+    distinct block's seconds worked out once, then laid out over the list (``_list_index``)."""
     distinct = distinct_blocks(model)
     index = {ref: d for d, ref in enumerate(distinct)}
     attached = [(index[ref], hosts) for ref, hosts in attached_blocks(model)]
@@ -176,10 +177,20 @@ def per_block_parts(model: ModelSpec, units: tuple[BlockCost, ...]) -> dict[str,
             if (n := hosts.get(ref.kind, 0))
         )
 
+    at = _list_index(model)
     return {
-        name: np.array([seconds(ref, name) for ref in model_blocks(model)], dtype=float)
+        name: np.array([seconds(ref, name) for ref in distinct], dtype=float)[at]
         for name in BLOCK_TERM_NAMES
     }
+
+
+@lru_cache(maxsize=64)
+def _list_index(model: ModelSpec) -> np.ndarray:
+    """[k]: the index in ``distinct_blocks`` of block k of the block list."""
+    index = {ref: d for d, ref in enumerate(distinct_blocks(model))}
+    at = np.array([index[ref] for ref in model_blocks(model)], dtype=np.intp)
+    at.setflags(write=False)
+    return at
 
 
 @lru_cache(maxsize=256)
