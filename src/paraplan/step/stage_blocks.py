@@ -43,6 +43,7 @@ from paraplan.step.layout import prefix_counts
 NO_SPAN = GroupSpan(1, 1, 1)
 
 
+@lru_cache(maxsize=256)
 def distinct_blocks(model: ModelSpec) -> tuple[BlockRef, ...]:
     """The distinct blocks of the model's block list, in order of first appearance, then the blocks a stage
     holds beside them (``attached_blocks``)."""
@@ -161,10 +162,13 @@ def pool_units(
     return tuple(out)
 
 
+@lru_cache(maxsize=4096)
 def per_block_parts(model: ModelSpec, units: tuple[BlockCost, ...]) -> dict[str, np.ndarray]:
     """BlockTerms seconds of every block of the block list (index k = block k) from the distinct blocks', each
     with those of the blocks it brings (``attached_blocks``: an MTP module's with the output block): each
-    distinct block's seconds worked out once, then laid out over the list (``_list_index``)."""
+    distinct block's seconds worked out once, then laid out over the list (``_list_index``). Memoised (the
+    per-stage searches bound every candidate's stages with it, and a pool's units, step.stage_blocks.pool_units,
+    recur across pool orders): the arrays are read-only."""
     distinct = distinct_blocks(model)
     index = {ref: d for d, ref in enumerate(distinct)}
     attached = [(index[ref], hosts) for ref, hosts in attached_blocks(model)]
@@ -178,10 +182,13 @@ def per_block_parts(model: ModelSpec, units: tuple[BlockCost, ...]) -> dict[str,
         )
 
     at = _list_index(model)
-    return {
+    out = {
         name: np.array([seconds(ref, name) for ref in distinct], dtype=float)[at]
         for name in BLOCK_TERM_NAMES
     }
+    for array in out.values():
+        array.setflags(write=False)
+    return out
 
 
 @lru_cache(maxsize=64)
