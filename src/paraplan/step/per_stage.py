@@ -165,10 +165,7 @@ def stage_arrays(
     systems = [cluster.pool(p).system for p in stage_pools(setting)]
     rules = common.rules
     units = stage_units(model, cluster, common, setting)
-    blocks = model_blocks(model)
-    sent = np.array(
-        [0.0] + [boundary_bytes(model, blocks, k - 1, shape) for k in range(1, len(blocks) + 1)]
-    )
+    sent = sent_bytes(model, shape)
     p2p_in, p2p_out = stage_p2p(cluster, common, setting, prev or wrap, nxt or wrap, sent)
     slowest = min(systems, key=lambda s: s.accelerator.hbm_rate())
     terms = at_zero_stage(
@@ -211,6 +208,18 @@ def stage_arrays(
         capacity=min(s.accelerator.hbm_capacity for s in systems),
         host_capacity=min(host_capacity_bytes(s.accelerator.host_memory) for s in systems),
     )
+
+
+@lru_cache(maxsize=1024)
+def sent_bytes(model: ModelSpec, shape: LayerShape) -> np.ndarray:
+    """[k]: bytes of the activation a stage ending before block k sends on (step.stage_links.boundary_bytes of
+    block k − 1; 0 at k = 0), at the layer shape ``shape``. Memoised (read-only): the stages of a shape share it."""
+    blocks = model_blocks(model)
+    out = np.array(
+        [0.0] + [boundary_bytes(model, blocks, k - 1, shape) for k in range(1, len(blocks) + 1)]
+    )
+    out.setflags(write=False)
+    return out
 
 
 def stage_pools(setting: StageSetting) -> list[str]:

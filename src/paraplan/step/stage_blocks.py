@@ -55,6 +55,7 @@ def _listed_blocks(blocks) -> tuple[BlockRef, ...]:
     return tuple(dict.fromkeys(blocks))
 
 
+@lru_cache(maxsize=64)
 def block_prefix_counts(model: ModelSpec) -> np.ndarray:
     """[d, k]: how many of distinct block d (``distinct_blocks``) a stage holding blocks [0, k) of the block list
     holds: step.layout.prefix_counts for the listed blocks, an attached block's hosts' counts times how many
@@ -66,7 +67,9 @@ def block_prefix_counts(model: ModelSpec) -> np.ndarray:
         sum(hosts.get(ref.kind, 0) * row for ref, row in zip(listed, prefix))
         for _, hosts in attached_blocks(model)
     ]
-    return np.vstack([prefix, *rows]) if rows else prefix
+    out = np.vstack([prefix, *rows]) if rows else prefix
+    out.setflags(write=False)  # memoised: every stage of the model reads it
+    return out
 
 
 @lru_cache(maxsize=4096)
