@@ -51,7 +51,8 @@ ClusterOption = optional(
     Path,
     "--cluster",
     help="cluster of node pools (YAML/JSON): a non-uniform --plan's GPUs, or an AMP-style search "
-    "(cp 1; dense models only, ep 1; schedule 1f1b)",
+    "(dense models only, ep 1; cp 1 unless --cp lists more, one on every stage; schedule 1f1b unless "
+    "--schedule lists 1f1b, gpipe, zb-h1; dualpipe and interleaved are not searched; no offload)",
 )
 
 

@@ -31,6 +31,13 @@ from itertools import pairwise
 from typing import NamedTuple
 
 from paraplan.search.staged.alleviate import recompute_label
+from paraplan.search.staged.axes import (
+    cp_allowed,
+    searched_offloads,
+    takes_depth,
+    variant_note,
+    variants,
+)
 from paraplan.search.staged.pool_orders import pool_order_count, pool_orders
 from paraplan.search.staged.problem import (  # noqa: F401  (the problem's names, read from here too)
     HeteroProblem,
@@ -132,6 +139,8 @@ def _plan_from(
     for st, a, b in zip(settings, bounds, bounds[1:]):
         devices = [{"pool": p, "gpus": c} for p, _, c in st.slices]
         stage = {"devices": devices, "blocks": [a, b], "tp": st.dims.tp, "recompute": st.recompute}
+        if st.dims.cp > 1:
+            stage["cp"] = st.dims.cp
         if st.recompute_ops:
             stage["recompute_ops"] = list(st.recompute_ops)
         stages.append(stage)
@@ -150,6 +159,7 @@ def _plan_from(
             "overlap_param_gather": problem.overlap_param_gather,
             "overlap_tp_comm": problem.overlap_tp_comm,
             "sequence_parallel": problem.sequence_parallel,
+            **searched_offloads(problem),
             **problem.runtime.model_dump(),
             "stages": stages,
         }
@@ -166,10 +176,11 @@ def _label(settings: list[StageSetting], bounds, order) -> str:
     uniform = all(
         s.dims.tp == st.dims.tp and s.dims.dp == st.dims.dp and rc(s) == rc(st) for s in settings
     )
+    cp = f" cp{st.dims.cp}" if st.dims.cp > 1 else ""  # one cp on every stage
     head = (
-        f"tp{st.dims.tp} dp{st.dims.dp} pp{len(settings)} mb{st.micro_batch} rc {rc(st)}"
+        f"tp{st.dims.tp}{cp} dp{st.dims.dp} pp{len(settings)} mb{st.micro_batch} rc {rc(st)}"
         if uniform
-        else "per-stage " + " | ".join(f"{s.dims.tp}x{s.dims.dp} {rc(s)}" for s in settings)
+        else f"per-stage{cp} " + " | ".join(f"{s.dims.tp}x{s.dims.dp} {rc(s)}" for s in settings)
     )
     return f"{head}; pools {'>'.join(order)}; blocks/stage {layers}"
 
@@ -184,33 +195,33 @@ class UniformDegrees(NamedTuple):
 
 
 def _degrees(problem: HeteroProblem) -> Iterator[UniformDegrees]:
-    """Degrees with tp·dp·pp = all GPUs (specs.rules.degree_rule), tp a power of two inside a node that divides them
-    (specs.rules.stage_degree_rule, the stages' rule: each stage of a uniform split holds a share of the
-    GPUs that tp divides too) and keeps the tp rules (specs.rules.tp_rules), pp a depth the pipeline
-    runtime takes the ZeRO stage at (depth_allowed), and the micro-batch sizes that split the batch
+    """Degrees with tp·cp·dp·pp = all GPUs (specs.rules.degree_rule), tp a power of two inside a node and
+    tp·cp dividing them (specs.rules.stage_degree_rule, the stages' rule: each stage of a uniform split holds
+    a share of the GPUs that tp·cp divides too), tp keeping the tp rules (specs.rules.tp_rules), cp one of
+    ``problem.cps`` the stage's tp takes (search.staged.axes.cp_allowed), pp a depth the pipeline runtime
+    takes the ZeRO stage at (depth_allowed), and the micro-batch sizes that split the batch
     (specs.rules.batch_rule)."""
     cluster, model, batch = problem.cluster, problem.model, problem.global_batch
     gpus = cluster.gpus
     node_min = min(p.gpus_per_node for p in cluster.pools)
     n_blocks = len(model_blocks(model))
     for tp in _powers_of_two(node_min):
-        if (
-            stage_degree_rule(gpus, tp, 0)
-            or tp_rules(model, tp)
-            or (problem.tps and tp not in problem.tps)
-        ):
+        if tp_rules(model, tp) or (problem.tps and tp not in problem.tps):
             continue
-        for pp in range(1, min(gpus // tp, n_blocks) + 1):
-            dims = ParallelDims(tp=tp, dp=gpus // tp // pp, pp=pp)
-            if degree_rule(gpus, dims) or (problem.pps and pp not in problem.pps):
+        for cp in problem.cps:
+            if stage_degree_rule(gpus, tp, 0, cp) or not cp_allowed(problem, tp, cp):
                 continue
-            if not depth_allowed(problem, pp):
-                continue
-            if batch_rule(batch, dims.dp, 1):
-                continue
-            for mb in problem.micro_batches or _powers_of_two(batch // dims.dp):
-                if not batch_rule(batch, dims.dp, mb):
-                    yield UniformDegrees(dims, mb, batch // (dims.dp * mb))
+            for pp in range(1, min(gpus // (tp * cp), n_blocks) + 1):
+                dims = ParallelDims(tp=tp, cp=cp, dp=gpus // (tp * cp) // pp, pp=pp)
+                if degree_rule(gpus, dims) or (problem.pps and pp not in problem.pps):
+                    continue
+                if not depth_allowed(problem, pp):
+                    continue
+                if batch_rule(batch, dims.dp, 1):
+                    continue
+                for mb in problem.micro_batches or _powers_of_two(batch // dims.dp):
+                    if not batch_rule(batch, dims.dp, mb):
+                        yield UniformDegrees(dims, mb, batch // (dims.dp * mb))
 
 
 def _stage_ok(
@@ -231,19 +242,22 @@ def _stage_ok(
         microbatches,
         problem.seq_length,
         problem.common.sequence_parallel,
+        problem.runtime.cp_algorithm,
     )
     return not broken
 
 
-def cluster_space_size(problem: HeteroProblem, degrees: int | None = None) -> int:
+def cluster_space_size(problem: HeteroProblem, degrees: list[UniformDegrees] | None = None) -> int:
     """Candidates of the AMP-style search before the per-stage rules, counted without listing the pool
-    orders: (distinct pool orders, search.staged.pool_orders.pool_order_count) × (uniform degrees and
-    micro-batch sizes, ``_degrees``: a loop over tp, pp and micro-batch sizes, independent of the
-    orders; ``degrees``: their number where the caller has listed them) × (recomputation modes,
-    ``searched_modes``)."""
+    orders: (distinct pool orders, search.staged.pool_orders.pool_order_count) × Σ over the uniform
+    degrees and micro-batch sizes (``_degrees``: a loop over tp, cp, pp and micro-batch sizes, independent
+    of the orders; ``degrees``: the list where the caller has it) of their recomputation modes
+    (``searched_modes`` at their cp) × (the variants' schedules and offloads, search.staged.axes.variants)."""
     if degrees is None:
-        degrees = sum(1 for _ in _degrees(problem))
-    return pool_order_count(problem.cluster) * degrees * len(searched_modes(problem))
+        degrees = list(_degrees(problem))
+    modes = {cp: len(searched_modes(problem, cp)) for cp in problem.cps}
+    listed = sum(modes[d.dims.cp] for d in degrees)
+    return pool_order_count(problem.cluster) * listed * len(variants(problem))
 
 
 def sharded_first(degrees: list[UniformDegrees]) -> list[UniformDegrees]:
@@ -270,7 +284,11 @@ def _candidates(
     candidates listed; none past ``deadline``."""
     if not math.isinf(deadline):
         degrees = sharded_first(degrees)
-    stated = [stage_fields(mode) for mode in searched_modes(problem)]  # (recompute, recompute_ops)
+    # (recompute, recompute_ops) of each mode at each cp
+    stated = {
+        cp: [stage_fields(mode) for mode in searched_modes(problem, cp)] for cp in problem.cps
+    }
+    runs = variants(problem)
     for order in orders:
         if time.perf_counter() > deadline:
             return
@@ -281,11 +299,12 @@ def _candidates(
             slices = [_slices(gpu_list[k * per : (k + 1) * per]) for k in range(pp)]
             if not all(_stage_ok(problem, k, dims, slices[k], m) for k in range(pp)):
                 continue  # a stage straddles two pools with part of a TP group in each
-            for rc, ops in stated:
+            for rc, ops in stated[dims.cp]:
                 settings = [StageSetting(slices[k], dims, mb, rc, ops, k, m) for k in range(pp)]
-                if launchable(problem, settings):
-                    progress[1] += 1
-                    yield settings, m, order
+                for run in runs:
+                    if (run is problem or takes_depth(run, pp, m)) and launchable(run, settings):
+                        progress[1] += 1
+                        yield settings, m, order, run
 
 
 def search_cluster(
@@ -309,10 +328,10 @@ def search_cluster(
         problem, orders or pool_orders(problem.cluster), degrees, deadline, progress
     )
     found, solved, bounded, over = best_splits(problem, stream, top_k, deadline)
-    space = cluster_space_size(problem, len(degrees))
+    space = cluster_space_size(problem, degrees)
     plans = [
-        Candidate(t, _plan_from(problem, s, b, m), _label(s, b, o))
-        for t, s, b, m, o in found[:top_k]
+        Candidate(t, _plan_from(run, s, b, m), _label(s, b, o) + variant_note(problem, run))
+        for t, s, b, m, o, run in found[:top_k]
     ]
     stopped = (
         f"time budget {time_budget_s:.3g} s reached: {progress[0]} of {total_orders} pool orders "

@@ -5,7 +5,7 @@ rules on one candidate's stage settings (launchable, search.launch)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from paraplan.cost.frameworks import PLAN_DEFAULTS, framework_cluster
 from paraplan.search import launch
@@ -17,6 +17,7 @@ from paraplan.specs.parallel import ParallelDims
 from paraplan.specs.plan import RUNTIME_FIELDS, RuntimeFields, runtime_of
 from paraplan.specs.rules import per_stage_model_rule
 from paraplan.specs.rules_precision import accelerators_rules, cluster_default_precision
+from paraplan.specs.rules_schedule import SCHEDULE_RULES
 from paraplan.specs.rules_stack import (
     engine_dp_overlap_rule,
     engine_reduce_fallback,
@@ -65,6 +66,16 @@ class HeteroProblem:
     # may need (search.launch.staged_fields)
     framework: str | None = None
     sequence_parallel: bool = False
+    # the run-wide axes the per-stage searches vary beside each stage's GPUs, tp and recompute
+    # (search.staged.axes; the uniform search's --cp, --schedule and offload switches): by default the
+    # space they searched before, cp 1 on every stage, ``schedule`` alone (None), no offload
+    cps: tuple[int, ...] = (1,)
+    schedules: tuple[str, ...] | None = None
+    vary_offload: bool = False
+    # a candidate's offloads (specs.plan.OFFLOAD_FIELDS), set on a variant (search.staged.axes.variants)
+    offload_weights: bool = False
+    offload_activations: bool = False
+    offload_optimizer: bool = False
 
     def __post_init__(self) -> None:
         """Refuse, by name, a model the per-stage searches do not search (specs.rules.per_stage_model_rule: their
@@ -88,6 +99,8 @@ class HeteroProblem:
             raise InputError.from_violations([Violation(*r) for r in refused])
         if unlaunchable := launch.run_wide_violations(self.framework, self):
             raise InputError.from_violations([Violation(*v) for v in unlaunchable])
+        if rule := schedules_rule(self.schedules):
+            raise InputError(f"schedules: {','.join(self.schedules)!r} is not allowed; {rule}")
         for pool in self.cluster.pools:  # a one-device loop (specs.rules_stack.stack_gpus_rule)
             runs = pool.system.accelerator.efficiency.runtime.parallelism
             if rule := stack_gpus_rule(runs, self.cluster.gpus):
@@ -103,10 +116,25 @@ class HeteroProblem:
         return common_of(self)
 
 
-def searched_modes(problem: HeteroProblem) -> tuple[str, ...]:
-    """The recomputation modes of ``problem.recompute`` the per-stage searches vary: the uniform search's
-    rule at cp = 1 (search.launch.searched_modes), each stated per stage by specs.recompute.stage_fields."""
-    return launch.searched_modes(problem.framework, problem.model, 1, problem.recompute)
+def schedules_rule(schedules: tuple[str, ...] | None) -> str | None:
+    """The per-stage searches list no schedule whose stages run mirrored (specs.rules_schedule.ScheduleRules
+    ``mirrored``: DualPipe's rank i runs stages i and p − 1 − i, specs.rules_schedule.mirrored_stages_rule),
+    whose range matrices would need each range paired with its mirror's (step.per_stage.stage_terms holds a
+    stage's memory unpaired); ``estimate --plan`` prices such a per-stage plan. An unknown name is refused too."""
+    allowed = [r.name for r in SCHEDULE_RULES.values() if not r.mirrored]
+    if any(s not in allowed for s in schedules or ()):
+        return (
+            "the per-stage searches pair no mirrored stages (DualPipe: estimate --plan prices it); "
+            f"allowed: {', '.join(allowed)}"
+        )
+    return None
+
+
+def searched_modes(problem: HeteroProblem, cp: int = 1) -> tuple[str, ...]:
+    """The recomputation modes of ``problem.recompute`` the per-stage searches vary at context-parallel
+    degree ``cp``: the uniform search's rule (search.launch.searched_modes), each stated per stage by
+    specs.recompute.stage_fields."""
+    return launch.searched_modes(problem.framework, problem.model, cp, problem.recompute)
 
 
 def profile_fields(profile: FrameworkSpec, cluster_spec: ClusterSpec) -> tuple[ClusterSpec, dict]:
@@ -175,6 +203,6 @@ def _stack_refusals(problem: HeteroProblem, dims: ParallelDims) -> list:
 def launchable(problem: HeteroProblem, settings: list[StageSetting]) -> bool:
     """Does the framework's launcher run these stage settings (search.launch.stage_plan_allowed), and the
     stacks of the pools their tensor and data parallelism (_stack_refusals, the per-stage check's rule)?"""
-    if any(_stack_refusals(problem, ParallelDims(tp=s.dims.tp, dp=s.dims.dp)) for s in settings):
+    if any(_stack_refusals(problem, replace(s.dims, pp=1)) for s in settings):
         return False
     return launch.stage_plan_allowed(problem.framework, problem, settings)
