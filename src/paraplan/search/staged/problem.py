@@ -99,8 +99,9 @@ class HeteroProblem:
             raise InputError.from_violations([Violation(*r) for r in refused])
         if unlaunchable := launch.run_wide_violations(self.framework, self):
             raise InputError.from_violations([Violation(*v) for v in unlaunchable])
-        if rule := schedules_rule(self.schedules):
-            raise InputError(f"schedules: {','.join(self.schedules)!r} is not allowed; {rule}")
+        if refused := schedules_rule(self.schedules):
+            names, rule = refused
+            raise InputError(f"schedules: {','.join(names)!r} is not allowed; {rule}")
         for pool in self.cluster.pools:  # a one-device loop (specs.rules_stack.stack_gpus_rule)
             runs = pool.system.accelerator.efficiency.runtime.parallelism
             if rule := stack_gpus_rule(runs, self.cluster.gpus):
@@ -116,17 +117,17 @@ class HeteroProblem:
         return common_of(self)
 
 
-def schedules_rule(schedules: tuple[str, ...] | None) -> str | None:
-    """The per-stage searches list no schedule whose stages run mirrored (specs.rules_schedule.ScheduleRules
-    ``mirrored``: DualPipe's rank i runs stages i and p − 1 − i, specs.rules_schedule.mirrored_stages_rule),
-    whose range matrices would need each range paired with its mirror's (step.per_stage.stage_terms holds a
-    stage's memory unpaired); ``estimate --plan`` prices such a per-stage plan. An unknown name is refused too."""
+def schedules_rule(schedules: tuple[str, ...] | None) -> tuple[list[str], str] | None:
+    """(the schedules refused, why) or None: the per-stage searches list no schedule whose stages run
+    mirrored (specs.rules_schedule.ScheduleRules ``mirrored``: DualPipe's rank i runs stages i and p − 1 − i,
+    specs.rules_schedule.mirrored_stages_rule), whose range matrices would need each range paired with its
+    mirror's (step.per_stage.stage_terms holds a stage's memory unpaired); ``estimate --plan`` prices such a
+    per-stage plan. An unknown name is refused too."""
     allowed = [r.name for r in SCHEDULE_RULES.values() if not r.mirrored]
-    if any(s not in allowed for s in schedules or ()):
-        return (
-            "the per-stage searches pair no mirrored stages (DualPipe: estimate --plan prices it); "
-            f"allowed: {', '.join(allowed)}"
-        )
+    refused = [s for s in schedules or () if s not in allowed]
+    if refused:
+        why = "the per-stage searches pair no mirrored stages (DualPipe: estimate --plan prices it)"
+        return refused, f"{why}; allowed: {', '.join(allowed)}"
     return None
 
 

@@ -24,7 +24,6 @@ from paraplan.search.staged.problem import HeteroProblem
 from paraplan.specs.rules_schedule import DEFAULT_SCHEDULE
 from paraplan.step.blocks import model_blocks
 from paraplan.step.layout import stage_at
-from paraplan.step.schedules import SCHEDULES, schedule_step_floor
 from paraplan.step.per_stage import (
     StageSetting,
     compose_stages,
@@ -32,6 +31,7 @@ from paraplan.step.per_stage import (
     stage_arrays,
     tied_embedding_sync_s,
 )
+from paraplan.step.schedules import SCHEDULES, schedule_step_floor
 
 
 def lower_bound(problem: HeteroProblem, settings: list[StageSetting]) -> tuple[float, list]:
