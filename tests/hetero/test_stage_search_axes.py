@@ -58,8 +58,11 @@ AXES = st.tuples(
 )
 
 
+CLUSTER_NAMES = tuple(sorted(CLUSTERS))
+
+
 @st.composite
-def problems(draw, clusters=tuple(sorted(CLUSTERS))) -> HeteroProblem:
+def problems(draw, clusters=CLUSTER_NAMES) -> HeteroProblem:
     cps, schedules, vary_offload = draw(AXES)
     return HeteroProblem(
         TINY,
