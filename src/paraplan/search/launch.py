@@ -180,7 +180,7 @@ def searched_modes(
     """The recomputation modes a search varies at context-parallel degree ``cp``: of ``restriction``
     (``--recompute``; None: every one) those the search with ``framework`` varies (recompute_modes) and
     the model takes (mode_refusal). The one rule of the uniform search (search.space) and of the per-stage
-    searches (search.staged, cp = 1: a stage states any mode, specs.recompute.stage_fields)."""
+    searches (search.staged, at each stage's cp: a stage states any mode, specs.recompute.stage_fields)."""
     offered = recompute_modes(framework)
     return tuple(
         r for r in (restriction or offered) if r in offered and not mode_refusal(model, cp, r)

@@ -1,6 +1,7 @@
 """Aceso-style search over per-stage plans on one GPU type (``paraplan search --non-uniform``, issue 10).
 
-Per-stage GPU counts, tp and recompute. Exact by enumeration when the space of per-stage settings has at
+Per-stage GPU counts, tp and recompute, one cp of ``problem.cps`` on every stage and the run-wide variants
+(schedule, offloads: search.staged.axes). Exact by enumeration when the space of per-stage settings has at
 most ``exact_limit`` combinations (each combination's layer split solved by the DP of search.staged.hetero);
 otherwise iterative bottleneck alleviation (search.staged.alleviate) from the uniform exact search's best
 plans (search.staged.uniform_seed, each under its own run-wide settings: schedule, vpp, ZeRO, sequence
