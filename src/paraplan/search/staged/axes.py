@@ -127,10 +127,20 @@ def axes_violations(problem: HeteroProblem, seeded: bool) -> list[Violation]:
         out.append(Violation("--schedule", listed, f"{why}; allowed: {', '.join(_unchunked())}"))
     tps = [2**j for j in range(problem.cluster.gpus.bit_length())]
     if not any(cp_allowed(problem, tp, cp) for cp in problem.cps for tp in tps):
-        cps = ",".join(map(str, problem.cps))
-        why = f"no stage of {problem.model.name} runs it at seq_length {problem.seq_length}"
-        out.append(Violation("--cp", cps, f"{why} (specs.rules: cp_rule, stage_cp_rule)"))
+        cp = max(problem.cps)
+        why = stage_cp_rule(problem.model, cp, cp) or cp_rule(problem.seq_length, cp)
+        why = (
+            f"seq_length {problem.seq_length} {why}"
+            if why and cp_rule(problem.seq_length, cp)
+            else why
+        )
+        out.append(Violation("--cp", ",".join(map(str, problem.cps)), why or _no_stage(problem)))
     return out
+
+
+def _no_stage(problem: HeteroProblem) -> str:
+    """Why no stage takes the listed cp degrees where neither the model nor the sequence refuses them."""
+    return f"no stage of {problem.model.name} runs it at any tp (search.staged.axes.cp_allowed)"
 
 
 def _unchunked() -> list[str]:
