@@ -13,10 +13,10 @@ import itertools
 import math
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.hetero.test_search_reestimates import CHECK, TINY, _cluster
 
-from paraplan.catalog.clusters import cluster_from_dict
 from paraplan.search.staged import axes, hetero
 from paraplan.search.staged.balance import all_splits, pipeline_objective
 from paraplan.search.staged.hetero import HeteroProblem, search_cluster
@@ -28,22 +28,12 @@ from paraplan.search.staged.non_uniform import (
 from paraplan.search.staged.pool_orders import pool_orders
 from paraplan.search.staged.splits import lower_bound, pipeline_cutoff_s, pipeline_floor_s
 from paraplan.specs.errors import InputError
-from paraplan.specs.model import ModelSpec
 from paraplan.specs.stage_plan import stage_plan_violations
 from paraplan.step.blocks import model_blocks
 from paraplan.step.layout import stage_at
 from paraplan.step.per_stage import compose_stages, estimate_stage_plan, tied_embedding_sync_s
 
-CHECK = settings(max_examples=8, derandomize=True, deadline=None, database=None)
-CHECK = settings(CHECK, suppress_health_check=list(HealthCheck))
-TINY = ModelSpec(layers=4, hidden=512, heads=8, ffn_hidden=2048, vocab=8000, max_position=1024)
-
-
-def _cluster(systems):
-    pools = [
-        {"name": f"p{i}", "system": s, "nodes": 1, "gpus": g} for i, (s, g) in enumerate(systems)
-    ]
-    return cluster_from_dict({"pools": pools})
+CHECK = settings(CHECK, max_examples=8)
 
 
 CLUSTERS = {
@@ -68,7 +58,7 @@ def problems(draw, clusters=CLUSTER_NAMES) -> HeteroProblem:
         TINY,
         CLUSTERS[draw(st.sampled_from(clusters))],
         global_batch=2 ** draw(st.integers(2, 4)),
-        seq_length=1024,
+        seq_length=512,
         recompute=("none",),
         zero=draw(st.sampled_from((0, 1))),
         cps=cps,
@@ -108,7 +98,7 @@ def test_non_uniform_plans_with_cp_zb_h1_offload_pass_the_check_and_reestimate(p
 def test_the_draws_return_plans_of_every_new_axis():
     """cp 2, ZB-H1 and an offload are each in some returned plan (the draws above are not vacuous)."""
     problem = HeteroProblem(
-        TINY, CLUSTERS["a100"], 8, 1024, cps=(2,), schedules=("zb-h1",), vary_offload=True
+        TINY, CLUSTERS["a100"], 8, 512, cps=(2,), schedules=("zb-h1",), vary_offload=True
     )
     plans = [c.plan for c in search_cluster(problem, top_k=40).plans]
     assert plans and all(p.schedule == "zb-h1" and p.stages[0].cp == 2 for p in plans)
@@ -134,7 +124,7 @@ def test_the_bounds_are_admissible_for_every_split_of_every_candidate(schedule):
     """splits.lower_bound and the solver's cutoff floor (pipeline_cutoff_s + the tied all-reduce) never
     exceed the composed step of any split of any candidate, cp 1 and 2, offload on and off."""
     problem = HeteroProblem(
-        TINY, CLUSTERS["mixed"], 8, 1024, cps=(1, 2), schedules=(schedule,), vary_offload=True
+        TINY, CLUSTERS["mixed"], 8, 512, cps=(1, 2), schedules=(schedule,), vary_offload=True
     )
     degrees = list(hetero._degrees(problem))
     orders = list(pool_orders(problem.cluster))
@@ -157,9 +147,9 @@ def test_pipeline_floor_against_hand_computed_values():
     """W = 12 s of work per micro-batch on pp = 3 stages, m = 4: 1F1B / GPipe 12·(1 + 3/3) = 24; ZB-H1
     m·W/pp = 16 (its bubble's floor at ρ = 1 is 0); the cutoff of works (2, 4, 6): 1F1B 12 + 3·6 = 30,
     ZB-H1 4·6 = 24."""
-    base = HeteroProblem(TINY, CLUSTERS["a100"], 8, 1024)
-    zb = HeteroProblem(TINY, CLUSTERS["a100"], 8, 1024, schedule="zb-h1")
-    gpipe = HeteroProblem(TINY, CLUSTERS["a100"], 8, 1024, schedule="gpipe")
+    base = HeteroProblem(TINY, CLUSTERS["a100"], 8, 512)
+    zb = HeteroProblem(TINY, CLUSTERS["a100"], 8, 512, schedule="zb-h1")
+    gpipe = HeteroProblem(TINY, CLUSTERS["a100"], 8, 512, schedule="gpipe")
     assert pipeline_floor_s(base, 12.0, 4, 3) == pipeline_floor_s(gpipe, 12.0, 4, 3) == 24.0
     assert pipeline_floor_s(zb, 12.0, 4, 3) == 16.0
     assert pipeline_cutoff_s(base, (2.0, 4.0, 6.0), 4) == 30.0
@@ -168,7 +158,7 @@ def test_pipeline_floor_against_hand_computed_values():
 
 def test_the_default_space_is_the_one_searched_before():
     """No listed axis: one variant, the problem itself, at cp 1 (the space and pricing unchanged)."""
-    problem = HeteroProblem(TINY, CLUSTERS["mixed"], 8, 1024)
+    problem = HeteroProblem(TINY, CLUSTERS["mixed"], 8, 512)
     assert axes.variants(problem) == [problem] and axes.variants(problem)[0] is problem
     assert {d.dims.cp for d in hetero._degrees(problem)} == {1}
 
@@ -176,19 +166,19 @@ def test_the_default_space_is_the_one_searched_before():
 def test_variants_list_schedules_and_offloads_like_the_uniform_search():
     """zb-h1 and gpipe with offload: 2 schedules × 8 offload options; interleaved is left to the seeds."""
     problem = HeteroProblem(
-        TINY, CLUSTERS["a100"], 8, 1024, schedules=("interleaved", "gpipe", "zb-h1")
+        TINY, CLUSTERS["a100"], 8, 512, schedules=("interleaved", "gpipe", "zb-h1")
     )
     assert [v.schedule for v in axes.variants(problem)] == ["gpipe", "zb-h1"]
-    offloading = HeteroProblem(TINY, CLUSTERS["a100"], 8, 1024, vary_offload=True)
+    offloading = HeteroProblem(TINY, CLUSTERS["a100"], 8, 512, vary_offload=True)
     assert len(axes.variants(offloading)) == 8
     with pytest.raises(InputError, match="schedules: 'dualpipe' is not allowed"):
-        HeteroProblem(TINY, CLUSTERS["a100"], 8, 1024, schedules=("1f1b", "dualpipe"))
+        HeteroProblem(TINY, CLUSTERS["a100"], 8, 512, schedules=("1f1b", "dualpipe"))
 
 
 def test_cluster_space_size_counts_the_listed_candidates_with_cp_and_variants(monkeypatch):
     """cluster_space_size against the candidate stream with the per-stage rules switched off."""
     problem = HeteroProblem(
-        TINY, CLUSTERS["mixed"], 8, 1024, cps=(1, 2), schedules=("1f1b", "zb-h1")
+        TINY, CLUSTERS["mixed"], 8, 512, cps=(1, 2), schedules=("1f1b", "zb-h1")
     )
     monkeypatch.setattr(hetero, "_stage_ok", lambda *args: True)
     monkeypatch.setattr(hetero, "launchable", lambda *args: True)
@@ -203,7 +193,7 @@ def test_non_uniform_space_size_with_cp_equals_the_listed_count():
     """Σ over cp of every composition whose stages cp divides, each stage's tp a power of two with tp·cp
     dividing its GPUs, × modes × micro-batch counts × variants."""
     cluster = _cluster([("dgx-a100-80gb", 8)])
-    problem = HeteroProblem(TINY, cluster, 16, 1024, cps=(1, 2, 4), schedules=("1f1b", "zb-h1"))
+    problem = HeteroProblem(TINY, cluster, 16, 512, cps=(1, 2, 4), schedules=("1f1b", "zb-h1"))
     counts, modes = [1, 2], len(problem.recompute)
     total = 0
     for cp, pp in itertools.product(problem.cps, range(1, 4)):
@@ -219,7 +209,7 @@ def test_cli_honours_cp_and_schedule_and_refuses_what_it_cannot_search(capsys):
     from paraplan.cli import main
 
     base = ["search", "-m", "gpt3-125m", "--system", "dgx-a100-80gb", "--gpus", "4"]
-    base += ["--global-batch", "8", "--seq-length", "1024", "--json", "--time-budget", "10"]
+    base += ["--global-batch", "8", "--seq-length", "512", "--json", "--time-budget", "10"]
     with pytest.raises(SystemExit) as info:
         main([*base, "--non-uniform", "--cp", "2", "--schedule", "1f1b,zb-h1"])
     assert info.value.code in (0, None)
