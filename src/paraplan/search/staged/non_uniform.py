@@ -430,6 +430,7 @@ def _alleviate(
     op_sets = tuple((mod,) for mod in modules) + tuple(
         ("core_attn", mod) for mod in modules if mod != "core_attn" and "core_attn" in modules
     )
-    # every mode the uniform search varies (search.launch.searched_modes; not only ``problem.recompute``)
-    modes = launch.searched_modes(problem.framework, problem.model, 1)
+    # every mode the uniform search varies at the stages' one cp (search.launch.searched_modes; not only
+    # ``problem.recompute``)
+    modes = launch.searched_modes(problem.framework, problem.model, configs0[0].dims.cp)
     return alleviate(configs0, evaluate, time_budget_s, recompute=recompute_choices(modes, op_sets))
