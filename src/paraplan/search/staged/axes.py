@@ -9,7 +9,7 @@ GPUs, tp and recompute (issue 31), with the uniform search's option lists and pr
   search.grid_axes.searched_schedules; None: the problem's ``schedule`` alone, the space searched before), the
   unchunked ones for the searches' own candidates (``own_schedules``: a candidate runs one model chunk per
   stage; the interleaved schedule enters through ``--non-uniform``'s uniform seeds,
-  search.staged.uniform_seed); DualPipe is refused (search.staged.problem.schedules_rule);
+  search.staged.uniform_seed); DualPipe is refused (specs.rules_schedule.per_stage_schedules_rule);
 - offload: the uniform search's switches (search.grid_axes.offload_switches) on the cluster's pools where
   ``problem.vary_offload``.
 

@@ -17,7 +17,7 @@ from paraplan.specs.parallel import ParallelDims
 from paraplan.specs.plan import RUNTIME_FIELDS, RuntimeFields, runtime_of
 from paraplan.specs.rules import per_stage_model_rule
 from paraplan.specs.rules_precision import accelerators_rules, cluster_default_precision
-from paraplan.specs.rules_schedule import SCHEDULE_RULES
+from paraplan.specs.rules_schedule import per_stage_schedules_rule
 from paraplan.specs.rules_stack import (
     engine_dp_overlap_rule,
     engine_reduce_fallback,
@@ -99,7 +99,7 @@ class HeteroProblem:
             raise InputError.from_violations([Violation(*r) for r in refused])
         if unlaunchable := launch.run_wide_violations(self.framework, self):
             raise InputError.from_violations([Violation(*v) for v in unlaunchable])
-        if refused := schedules_rule(self.schedules):
+        if refused := per_stage_schedules_rule(self.schedules):
             names, rule = refused
             raise InputError(f"schedules: {','.join(names)!r} is not allowed; {rule}")
         for pool in self.cluster.pools:  # a one-device loop (specs.rules_stack.stack_gpus_rule)
@@ -115,20 +115,6 @@ class HeteroProblem:
     @property
     def common(self) -> Common:
         return common_of(self)
-
-
-def schedules_rule(schedules: tuple[str, ...] | None) -> tuple[list[str], str] | None:
-    """(the schedules refused, why) or None: the per-stage searches list no schedule whose stages run
-    mirrored (specs.rules_schedule.ScheduleRules ``mirrored``: DualPipe's rank i runs stages i and p − 1 − i,
-    specs.rules_schedule.mirrored_stages_rule), whose range matrices would need each range paired with its
-    mirror's (step.per_stage.stage_terms holds a stage's memory unpaired); ``estimate --plan`` prices such a
-    per-stage plan. An unknown name is refused too."""
-    allowed = [r.name for r in SCHEDULE_RULES.values() if not r.mirrored]
-    refused = [s for s in schedules or () if s not in allowed]
-    if refused:
-        why = "the per-stage searches pair no mirrored stages (DualPipe: estimate --plan prices it)"
-        return refused, f"{why}; allowed: {', '.join(allowed)}"
-    return None
 
 
 def searched_modes(problem: HeteroProblem, cp: int = 1) -> tuple[str, ...]:

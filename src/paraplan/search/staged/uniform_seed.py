@@ -52,8 +52,8 @@ SEEDED_FIELDS = (
 
 
 def seed_schedules(problem: HeteroProblem) -> tuple[str, ...]:
-    """The schedules the seeds' uniform search lists: SEARCHED_SCHEDULES, or the problem's (``--schedule``,
-    search.staged.axes: DualPipe refused, search.staged.problem.schedules_rule) where it lists them."""
+    """The schedules the seeds' uniform search lists: SEARCHED_SCHEDULES, or the problem's where it lists
+    them (``--schedule``, search.staged.axes; DualPipe refused: specs.rules_schedule.per_stage_schedules_rule)."""
     return SEARCHED_SCHEDULES if problem.schedules is None else problem.schedules
 
 
