@@ -2,9 +2,9 @@
 
 ``search_cluster`` (AMP-style, ``paraplan search --cluster FILE``): over device placements (the order
 in which the pools take the pipeline's ranks, search.staged.pool_orders: listed lazily, interchangeable
-pools once, counted in closed form with the rest of the space by ``cluster_space_size``), tp/cp/dp/pp degrees (cp one
-of ``problem.cps`` on every stage), micro-batch sizes and the run-wide variants (schedule, offloads:
-search.staged.axes), with ranks
+pools once, counted in closed form with the rest of the space by ``cluster_space_size``), tp/cp/dp/pp
+degrees (cp one of ``problem.cps`` on every stage), micro-batch sizes and the run-wide variants (schedule,
+offloads: search.staged.axes), with ranks
 ordered (pp, dp, tp) outermost first as AMP does (Li et al. 2022, arXiv:2210.07297, §3.1); for each
 candidate the layer split is the optimum of the pipeline objective found by
 search.staged.balance.balance_split (search.staged.splits) over the stage-cost matrices of step.per_stage.range_matrices (every

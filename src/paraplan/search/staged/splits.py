@@ -227,7 +227,8 @@ def best_splits(
 ) -> tuple[list, int, int]:
     """Branch and bound over candidate stage lists (``candidates``: (settings, microbatches, extra) or
     (settings, microbatches, extra, variant), the variant the problem whose run-wide settings price the
-    candidate, search.staged.axes.variants; a list or a generator): solve the split DP (``split_stages``) in increasing (bound, index) order of
+    candidate, search.staged.axes.variants; a list or a generator): solve the split DP (``split_stages``)
+    in increasing (bound, index) order of
     ``lower_bound`` (at most the composed step of every split of the candidate) and stop once the bound
     reaches the k-th best composed step found (no unsolved candidate can enter the top k).
 
