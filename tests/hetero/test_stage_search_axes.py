@@ -171,6 +171,8 @@ def test_variants_list_schedules_and_offloads_like_the_uniform_search():
     assert [v.schedule for v in axes.variants(problem)] == ["gpipe", "zb-h1"]
     offloading = HeteroProblem(TINY, CLUSTERS["a100"], 8, 512, vary_offload=True)
     assert len(axes.variants(offloading)) == 8
+    with pytest.raises(InputError, match="cp: '0' is not allowed"):  # --cp 0 looped forever
+        HeteroProblem(TINY, CLUSTERS["a100"], 8, 512, cps=(0,))
     with pytest.raises(InputError, match="schedules: 'dualpipe' is not allowed"):
         HeteroProblem(TINY, CLUSTERS["a100"], 8, 512, schedules=("1f1b", "dualpipe"))
 

@@ -99,6 +99,9 @@ class HeteroProblem:
             raise InputError.from_violations([Violation(*r) for r in refused])
         if unlaunchable := launch.run_wide_violations(self.framework, self):
             raise InputError.from_violations([Violation(*v) for v in unlaunchable])
+        if not self.cps or min(self.cps) < 1:  # a context-parallel degree is a positive count
+            listed = ",".join(map(str, self.cps))
+            raise InputError(f"cp: {listed!r} is not allowed; give positive integers")
         if refused := per_stage_schedules_rule(self.schedules):
             names, rule = refused
             raise InputError(f"schedules: {','.join(names)!r} is not allowed; {rule}")
