@@ -225,3 +225,25 @@ def test_cli_honours_cp_and_schedule_and_refuses_what_it_cannot_search(capsys):
     with pytest.raises(SystemExit) as info:
         main(["search", "-m", "t5-3b", *base[3:], "--cp", "2"])
     assert info.value.code == 2 and "--cp: '2' is not allowed" in capsys.readouterr().err
+
+
+def _refusal(problem: HeteroProblem, seeded: bool) -> str:
+    """The command's message for what axes_violations refuses ("" when nothing)."""
+    refused = axes.axes_violations(problem, seeded)
+    return str(InputError.from_violations(refused)) if refused else ""
+
+
+def test_a_cp_no_stage_runs_is_refused_in_the_rule_s_words():
+    """axes_violations names --cp with the first rule that refuses it at every tp: the sequence (cp_rule: 2·cp
+    must divide it), DeepSpeed's launcher (no ring context parallelism); --schedule interleaved alone only
+    where no uniform seed runs it (the AMP-style search)."""
+    odd = HeteroProblem(TINY, CLUSTERS["a100"], 8, 500, cps=(4,))
+    assert (
+        _refusal(odd, True)
+        == "--cp: '4' is not allowed; seq_length 500 must be divisible by 2·cp = 8"
+    )
+    ring = HeteroProblem(TINY, CLUSTERS["a100"], 8, 512, cps=(2,), framework="deepspeed")
+    assert "deepspeed's launcher does not run it" in _refusal(ring, True)
+    listed = HeteroProblem(TINY, CLUSTERS["a100"], 8, 512, schedules=("interleaved",))
+    assert _refusal(listed, True) == ""
+    assert _refusal(listed, False).startswith("--schedule: 'interleaved' is not allowed")

@@ -127,19 +127,23 @@ def axes_violations(problem: HeteroProblem, seeded: bool) -> list[Violation]:
         out.append(Violation("--schedule", listed, f"{why}; allowed: {', '.join(_unchunked())}"))
     tps = [2**j for j in range(problem.cluster.gpus.bit_length())]
     if not any(cp_allowed(problem, tp, cp) for cp in problem.cps for tp in tps):
-        cp = max(problem.cps)
-        why = stage_cp_rule(problem.model, cp, cp) or cp_rule(problem.seq_length, cp)
-        why = (
-            f"seq_length {problem.seq_length} {why}"
-            if why and cp_rule(problem.seq_length, cp)
-            else why
-        )
-        out.append(Violation("--cp", ",".join(map(str, problem.cps)), why or _no_stage(problem)))
+        listed = ",".join(map(str, problem.cps))
+        out.append(Violation("--cp", listed, _cp_refusal(problem, max(problem.cps))))
     return out
 
 
-def _no_stage(problem: HeteroProblem) -> str:
-    """Why no stage takes the listed cp degrees where neither the model nor the sequence refuses them."""
+def _cp_refusal(problem: HeteroProblem, cp: int) -> str:
+    """Why no stage runs context-parallel degree ``cp``: the first of ``cp_allowed``'s rules that refuses it
+    whatever the tp, in its own words."""
+    if rule := stage_cp_rule(problem.model, cp, cp):
+        return rule
+    if rule := cp_rule(problem.seq_length, cp):
+        return f"seq_length {problem.seq_length} {rule}"
+    algorithm = problem.runtime.cp_algorithm
+    if problem.engine == "deepspeed" and (rule := deepspeed_cp_rule(cp, algorithm)):
+        return rule
+    if not launch.degrees_allowed(problem.framework, 1, cp, problem.seq_length):
+        return f"{problem.framework}'s launcher does not run it (search.launch.degrees_allowed)"
     return f"no stage of {problem.model.name} runs it at any tp (search.staged.axes.cp_allowed)"
 
 
