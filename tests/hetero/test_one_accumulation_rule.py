@@ -4,7 +4,8 @@ micro-batch on the stage's parameters, with g from cost.runtimes.GRAD_ACCUMULATI
 per block through cost.compute.memory_time_s on the per-stage path (eager factor, a kernel overhead per block)
 and at the plain rate on the uniform one. The bytes are the stack's resolved at the plan's ZeRO stage
 (step.constants.at_zero_stage, as on a uniform plan: megatron-deepspeed's BF16_Optimizer, 18 B at zero 0), or
-those a training stack states (AMP's fp16 param.grad, 6 B: step.engines.ENGINE_STACKS)."""
+those a training stack states (AMP's fp16 param.grad, 6 B on each micro-batch but a step's first:
+step.engines.ENGINE_STACKS)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pytest
 from paraplan.catalog import load_framework
 from paraplan.catalog.clusters import cluster_from_dict
 from paraplan.cost.frameworks import framework_cluster
-from paraplan.cost.runtimes import grad_accumulation_s
+from paraplan.cost.runtimes import accumulation_bytes_per_microbatch, grad_accumulation_s
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.stage_plan import stage_plan_from_dict
 from paraplan.step.engines import engine_rules_of
@@ -53,8 +54,11 @@ MIXED_BF16 = framework_cluster(
 )
 
 
-@pytest.mark.parametrize("dtype, g", [("fp16", 6.0), ("bf16", 18.0)])
-def test_the_per_stage_engine_pays_the_one_rule(dtype, g):
+# (dtype, pass bytes g, bytes the step's first micro-batch saves s): AMP's FP16 optimizer leaves param.grad None
+# after each step, so its first micro-batch adds nothing (s = g, step.engines.grads_none_after_step); the
+# BF16_Optimizer adds into its fp32 buffer every micro-batch (s = 0). Per micro-batch: g − s/m, m = 4.
+@pytest.mark.parametrize("dtype, g, s", [("fp16", 6.0, 6.0), ("bf16", 18.0, 0.0)])
+def test_the_per_stage_engine_pays_the_one_rule(dtype, g, s):
     cluster = MIXED if dtype == "fp16" else MIXED_BF16
     plan = stage_plan_from_dict(
         {
@@ -102,5 +106,7 @@ def test_the_per_stage_engine_pays_the_one_rule(dtype, g):
         acc = cluster.pool(st.slices[0][0]).system.accelerator
         rate = acc.hbm_bandwidth * acc.efficiency.hbm
         delta = with_acc.stage_work_s[i] - without.stage_work_s[i]
-        assert delta == pytest.approx(grad_accumulation_s(params, g, rate), rel=1e-9)
+        per_microbatch = accumulation_bytes_per_microbatch(g, s, 4)
+        assert per_microbatch == (4.5 if dtype == "fp16" else 18.0)
+        assert delta == pytest.approx(grad_accumulation_s(params, per_microbatch, rate), rel=1e-9)
         assert delta > 0

@@ -4,7 +4,8 @@ each stage (specs.rules_moe.stage_expert_violations: ep divides the experts, epÂ
 dispatcher against capacity; sequence parallelism with tp), one expert grid per model (stage_expert_rule),
 one pool per MoE stage (stage_pools_rule) and the stack's parallel kinds, refused from the CLI in one line
 with exit 2; priced as the uniform path prices it (tests/unit/test_one_path_moe.py) and kept by a round trip
-plan -> JSON -> plan through ``paraplan estimate --plan``. The per-stage searches keep refusing MoE models."""
+plan -> JSON -> plan through ``paraplan estimate --plan``. The per-stage searches take MoE models:
+tests/hetero/test_stage_moe_search.py."""
 
 from __future__ import annotations
 
@@ -123,13 +124,6 @@ def test_a_dense_model_takes_ep_1(cli, tmp_path):
     assert (
         "plan.stages.0.ep: 2 is not allowed; expert parallelism needs a mixture-of-experts" in line
     )
-
-
-def test_per_stage_searches_refuse_moe_models(cli):
-    """--non-uniform (and --cluster) search dense models at ep 1: an MoE model is refused by name."""
-    argv = [*OPTIONS, "--gpus", "16", "--global-batch", "32", "--seq-length", "4096"]
-    line = one_line_error(cli("search", *argv, "--non-uniform", "--time-budget", "1"))
-    assert "model: 'mixtral-8x7b' is not allowed; the per-stage searches take dense models" in line
 
 
 def test_plan_file_with_ep_round_trips_through_estimate_plan(cli, tmp_path):

@@ -77,7 +77,7 @@ def test_decoder_ops_but_core_attention_read_the_cp_free_key(model_name):
     assert not breaks, breaks[:3]
     assert shared > 10
     shapes, model = _split_shapes(problem), problem.model
-    each = max(len(_weight_stats(model, "decoder", shape)[2]) for shape in shapes)
+    each = max(len(_weight_stats(model, "decoder", shape, model)[2]) for shape in shapes)
     assert kind_small_width(model, shapes, "decoder") == each
 
 

@@ -121,13 +121,13 @@ def test_a_dense_layer_pairs_each_collective_with_its_gemm():
 def test_userbuffers_stacks_are_not_priced_by_the_decomposition():
     # Megatron-Core / NeMo's TP overlap is Transformer Engine's userbuffers (cost.overlap): the build never
     # reaches cost.async_tp for a stack with Megatron's async TP backward (step.block_sums.dtensor_tp)
-    from paraplan.step.build import _used_span_cost_facts
+    from paraplan.step.build import _kind_cost_facts
 
     model = load_model("llama3-70b")
     shape = LayerShape(8, 1, 1, 8192, True, "flash", "bf16")
     spans = (GroupSpan(8, 8, 1), GroupSpan(1, 1, 1))
-    mega = _used_span_cost_facts(model, _system("megatron-core"), "decoder", shape, spans)
-    titan = _used_span_cost_facts(model, _system("torchtitan-compiled"), "decoder", shape, spans)
+    mega = _kind_cost_facts(model, _system("megatron-core"), "decoder", shape, *spans)
+    titan = _kind_cost_facts(model, _system("torchtitan-compiled"), "decoder", shape, *spans)
     assert mega.comm.tp_async == 0.0 and mega.comm.tp_async_forward == 0.0
     assert titan.comm.tp_async == 1.0
 

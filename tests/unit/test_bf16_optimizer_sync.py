@@ -12,10 +12,13 @@ import numpy as np
 import pytest
 
 from paraplan.api import estimate
+from paraplan.cost.runtimes import deepspeed_allreduce_copy_bytes
 from paraplan.catalog import load_system
+from paraplan.step import bf16_optimizer_sync as bf16_sync
 from paraplan.step import tail
 from paraplan.step.bf16_optimizer_sync import (
     bf16_optimizer_kinds,
+    bf16_optimizer_norm_extra_bytes,
     bf16_optimizer_traffic,
     optimizer_shard_ways,
 )
@@ -125,11 +128,64 @@ def test_zero0_state_bytes_per_param_by_hand():
 
 def test_zero0_optimizer_step_by_hand():
     """The same run's optimizer step at zero 0: 54 B of HBM traffic (the default optimizer_step_bytes) for
-    each of its P/8 partition's parameters at 3.35 TB/s · 0.85, as at zero 1 (8 times less than the whole
-    P's, which zero 0 priced before)."""
+    each of its P/8 partition's parameters, plus the norm's read of the other 7/8 of the whole fp32
+    gradient (4 B each: BF16_Optimizer.step's get_grads_for_norm reads the unsharded gradient), at
+    3.35 TB/s · 0.85: P · (54/8 + 4 · 7/8) B; zero 1 with fp32 gradients (the same optimizer) alike, zero 1
+    with bf16 gradients (the ZeRO-1 optimizer, its norm over its partition) P/8 · 54 B."""
     e = estimate("gpt3-1.3b", H100, framework="deepspeed", zero=0, **PLAN)
     params = e.stages[0].weights_bytes / 2
-    by_hand = params / 8 * 54.0 / (3.35e12 * 0.85)
+    by_hand = params * (54.0 / 8 + 4.0 * 7 / 8) / (3.35e12 * 0.85)
     assert e.breakdown.optimizer_s == pytest.approx(by_hand, rel=1e-9)
+    fp32 = estimate("gpt3-1.3b", H100, framework="deepspeed", zero=1, grad_dtype="fp32", **PLAN)
+    assert fp32.breakdown.optimizer_s == pytest.approx(e.breakdown.optimizer_s, rel=1e-12)
     e1 = estimate("gpt3-1.3b", H100, framework="deepspeed", zero=1, **PLAN)
-    assert e1.breakdown.optimizer_s == pytest.approx(e.breakdown.optimizer_s, rel=1e-12)
+    assert e1.breakdown.optimizer_s == pytest.approx(params / 8 * 54.0 / (3.35e12 * 0.85), rel=1e-9)
+
+
+def test_norm_extra_bytes_by_hand():
+    """bf16_optimizer_norm_extra_bytes: (P − owned) · 4 B where the BF16_Optimizer runs (zero 0; zero 1 with
+    fp32 gradients), 0 at zero 1 with bf16 gradients, at zero 2 and on a stack that never runs it."""
+    stage = SimpleNamespace()
+    inp = _inp(np.array([0, 1, 2]), True)
+    inp.gradient_groups = {"dense": None}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(bf16_sync, "stage_params", lambda s, name: 800.0)
+        assert list(bf16_optimizer_norm_extra_bytes(inp, stage, 100.0)) == [2800.0, 2800.0, 0.0]
+        no_zero1 = _inp(1, False)
+        no_zero1.gradient_groups = {"dense": None}
+        assert bf16_optimizer_norm_extra_bytes(no_zero1, stage, 100.0) == 0.0
+        other = _inp(0, True, stack_runs_it=False)
+        assert bf16_optimizer_norm_extra_bytes(other, stage, 100.0) == 0.0
+
+
+def test_fallback_copy_bytes_by_hand():
+    """deepspeed_allreduce_copy_bytes: the average's read and write of c; a cast there and back where c ≠ k
+    (k + c, c + k); flatten and copy back of several tensors (k + k twice)."""
+    assert deepspeed_allreduce_copy_bytes(4.0, 4.0, True) == 8.0  # BF16_Optimizer, reduced in fp32
+    assert deepspeed_allreduce_copy_bytes(4.0, 2.0, True) == 16.0  # ... in bf16: 4 + (6 + 6)
+    assert deepspeed_allreduce_copy_bytes(2.0, 2.0, False) == 12.0  # fp16 param.grad: 4 + 8
+    flat = np.array([True, False])
+    assert deepspeed_allreduce_copy_bytes(4.0, 2.0, flat).tolist() == [16.0, 32.0]
+
+
+def test_fallback_copies_by_hand(monkeypatch):
+    """GPT-3 1.3B on 8 H100s, deepspeed profile, bf16, zero 0: the BF16_Optimizer's flat fp32 buffer, reduced
+    in bf16 (communication_data_type), moves P · 16 B around its all-reduce at 3.35 TB/s · 0.85, wholly
+    exposed (the fallback does not overlap); an fp16 run's per-parameter gradients P · 12 B; none under
+    megatron-core."""
+    for dtype, per_param in (("bf16", 16.0), ("fp16", 12.0)):
+        plan = PLAN | {"dtype": dtype}
+        e = estimate("gpt3-1.3b", H100, framework="deepspeed", zero=0, **plan)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(tail, "deepspeed_fallback_copies", lambda inp, s, t, p: (t, p))
+            without = estimate("gpt3-1.3b", H100, framework="deepspeed", zero=0, **plan)
+        params = e.stages[0].weights_bytes / 2
+        by_hand = params * per_param / (3.35e12 * 0.85)
+        assert e.breakdown.dp_comm_s - without.breakdown.dp_comm_s == pytest.approx(
+            by_hand, rel=1e-9
+        )
+    megatron = estimate("gpt3-1.3b", H100, framework="megatron-core", zero=0, **PLAN)
+    with pytest.MonkeyPatch.context() as mp:  # a stack without DeepSpeed's optimizers: no copies
+        mp.setattr(tail, "deepspeed_fallback_copies", lambda inp, s, t, p: (t, p))
+        same = estimate("gpt3-1.3b", H100, framework="megatron-core", zero=0, **PLAN)
+    assert megatron.breakdown.dp_comm_s == same.breakdown.dp_comm_s > 0

@@ -46,8 +46,8 @@ def test_bf16_weights_without_zero_run_the_bf16_optimizer(dtype):
 
 def test_bf16_with_zero_keeps_and_reduces_bf16_gradients():
     """ZeRO 1-3 (get_data_types: grad_accum_dtype = the model dtype): 2 B kept, 2 B reduced; at ZeRO 1 autograd
-    adds each micro-batch into the bf16 param.grad (2 + 2 + 2 = 6 B: step.constants.zero01_accumulation_bytes),
-    ZeRO 3 the stack's (none)."""
+    adds each micro-batch into the bf16 param.grad (2 + 2 + 2 = 6 B: step.constants.zero_accumulation_bytes),
+    ZeRO 3 none on the compute stream."""
     terms = system_terms(_system("deepspeed"), "bf16", load_framework("deepspeed"))
     assert _grad_terms(terms) == (2.0, 2.0, 0.0)
     assert _grad_terms(at_zero_stage(terms, 1)) == (2.0, 2.0, 6.0)
@@ -59,7 +59,12 @@ def test_at_zero_stage_picks_per_candidate():
     terms = system_terms(_system("deepspeed"), "bf16", load_framework("deepspeed"))
     picked = at_zero_stage(terms, np.array([0, 1, 2, 3]))
     assert picked["grad_bytes"].tolist() == [4.0, 2.0, 2.0, 2.0]
-    assert picked["grad_accumulation_bytes"].tolist() == [18.0, 6.0, 0.0, 0.0]
+    assert picked["grad_accumulation_bytes"].tolist() == [
+        18.0,
+        6.0,
+        4.0,
+        0.0,
+    ]  # ZeRO 2's bucket copy
     assert "zero0" not in picked
 
 
@@ -131,16 +136,17 @@ def test_zero1_with_fp32_gradients_runs_the_bf16_optimizer(dtype):
     """_do_optimizer_sanity_check (engine.py at v0.16.4): bf16 model, grad_accum_dtype fp32, stage
     1, no CPU offload -> BFLOAT16: 4 B kept, reduced in bf16 (2 B), 18 B accumulation per
     micro-batch, as at zero 0; with the optimizer offloaded the ZeRO-1 optimizer, whose fp32 grad_accum
-    (fill_grad_accum_attribute) moves the same 18 B; at stages 2-3 the stack's (none)."""
+    (fill_grad_accum_attribute) moves the same 18 B; at stage 2 the ZeRO-2 optimizer's bucket copy of
+    the model-dtype gradient (4 B; zero_accumulation_bytes), none at stage 3."""
     assert _system("deepspeed").accelerator.efficiency.runtime.zero0_bf16_optimizer
     terms = system_terms(_system("deepspeed"), dtype, RuntimeFields(grad_dtype="fp32"))
     assert _grad_terms(at_zero_stage(terms, 1)) == (4.0, 2.0, 18.0)
     assert _grad_terms(at_zero_stage(terms, 0)) == (4.0, 2.0, 18.0)
     assert _grad_terms(at_zero_stage(terms, 1, offload_optimizer=True)) == (4.0, 2.0, 18.0)
-    assert _grad_terms(at_zero_stage(terms, 2)) == (4.0, 2.0, 0.0)
+    assert _grad_terms(at_zero_stage(terms, 2)) == (4.0, 2.0, 4.0)
     assert _grad_terms(at_zero_stage(terms, 3)) == (4.0, 2.0, 0.0)
     picked = at_zero_stage(terms, np.array([0, 1, 1, 2]), np.array([False, False, True, False]))
-    assert picked["grad_accumulation_bytes"].tolist() == [18.0, 18.0, 18.0, 0.0]
+    assert picked["grad_accumulation_bytes"].tolist() == [18.0, 18.0, 18.0, 4.0]
     # the first micro-batch: the BF16_Optimizer adds every one; fill_grad_accum_attribute casts only (18 - 6)
     assert picked["grad_accumulation_first_saving_bytes"].tolist() == [0.0, 0.0, 12.0, 0.0]
 

@@ -51,10 +51,11 @@ def test_gather_seconds_by_hand():
 
 def test_engine_counts():
     """pipe/engine.py at 0050fdad: the receiver's input in _exec_forward_pass, the sender's own output and the
-    received gradient in _exec_backward_pass; AMP's copy sends gradients whole (its receiver's gather only)."""
+    received gradient in _exec_backward_pass; AMP's copy (DachengLi1/AMP @ 72eeea4) sends gradients whole, so
+    the receiver's input (_exec_forward_pass) and the sender's own output (_exec_recv_grads) only."""
     assert ENGINES["deepspeed"].tp_gathers == (1, 2)
     assert ENGINES["megatron"].tp_gathers == (0, 0)
-    assert engine_rules_of("deepspeed", "amp2022").tp_gathers == (1, 0)
+    assert engine_rules_of("deepspeed", "amp2022").tp_gathers == (1, 1)
     assert pipe_tp_gathers("deepspeed") == (1, 2)
     assert pipe_tp_gathers("torch") == pipe_tp_gathers("megatron") == (0, 0)
 
@@ -91,9 +92,10 @@ def test_uniform_stage_classes_by_hand():
     assert (first, n1) == (11.75, 2) and n2 == 0
 
 
-def test_per_stage_sides_by_hand():
-    """The per-stage path adds one gather on the receiving side and two on the sending side of an exchange,
-    over each side's TP group (DeepSpeed engine, tp 4, pp 2 on one DGX A100)."""
+@pytest.mark.parametrize("stack, counts", [(None, (1, 2)), ("amp2022", (1, 1))])
+def test_per_stage_sides_by_hand(stack, counts):
+    """The per-stage path adds one gather on the receiving side and two on the sending side of an exchange
+    (one each on AMP's stack), over each side's TP group (DeepSpeed engine, tp 4, pp 2 on one DGX A100)."""
     fields = {"gpus": 8, "tp": 4, "pp": 2, "micro_batch": 2, "global_batch": 8, "seq_length": 2048}
     system, fields = apply_framework(
         load_framework("megatron-deepspeed"), load_system("dgx-a100-80gb"), fields
@@ -102,10 +104,11 @@ def test_per_stage_sides_by_hand():
     cluster = uniform_cluster(system, plan.gpus)
     stage_plan = uniform_stage_plan(plan, model, cluster.pools[0].name, "deepspeed")
     common, (a, b) = common_of(stage_plan), stage_settings(stage_plan, cluster)
-    rules = common.rules
+    rules = engine_rules_of("deepspeed", stack)
+    assert common.rules == engine_rules_of("deepspeed")
     bare = replace(rules, tp_gathers=(0, 0))
     sent = np.array([WHOLE_BYTES / 4])
-    for receiver, gathers in ((True, 1), (False, 2)):
+    for receiver, gathers in zip((True, False), counts):
         with_g = p2p_exchange_s(cluster, rules, common, a, b, sent, receiver)
         without = p2p_exchange_s(cluster, bare, common, a, b, sent, receiver)
         assert with_g - without == pytest.approx([gathers * one_gather_by_hand_s(4)], rel=1e-9)

@@ -161,18 +161,19 @@ def test_every_profile_cites_each_issue_33_feature_somewhere_in_its_chain():
 def test_deepspeed_engine_accumulates_gradients_per_micro_batch():
     """The per-stage engine's bytes come from the one table the framework profiles read
     (cost.runtimes.GRAD_ACCUMULATION_BYTES): fused 0 (the stack's, resolved by
-    step.constants.at_zero_stage), AMP's stated fp16 param.grad 6 B; the megatron-deepspeed profile's
-    BF16 optimizer 18 B."""
+    step.constants.at_zero_stage), AMP's stated fp16 param.grad 6 B; the BF16 optimizer's 18 B, which the
+    megatron-deepspeed profile no longer states (its optimizer's rule, step.constants.at_zero_stage)."""
     from paraplan.catalog import load_framework
-    from paraplan.cost.runtimes import runtime_costs
+    from paraplan.cost.runtimes import GRAD_ACCUMULATION_BYTES, runtime_costs
     from paraplan.step.engines import ENGINES, engine_rules_of, grad_accumulation_bytes
 
     assert grad_accumulation_bytes(ENGINES["megatron"]) == 0.0  # fused into the wgrad GEMM
     assert grad_accumulation_bytes(ENGINES["deepspeed"]) == 0.0  # the stack's, as on a uniform plan
     # fp16 param.grad += fresh gradient: read 2 + 2 B, write 2 B per parameter
     assert grad_accumulation_bytes(engine_rules_of("deepspeed", "amp2022")) == 6.0
+    assert GRAD_ACCUMULATION_BYTES["bf16_optimizer"] == 2.0 + 4.0 + 3.0 * 4.0
     profile = runtime_costs(load_framework("megatron-deepspeed"))
-    assert profile.grad_accumulation_bytes == 2.0 + 4.0 + 3.0 * 4.0
+    assert profile.grad_accumulation_bytes == 0.0
 
 
 def test_nemo_2409_fp8_keeps_the_pipelined_reduce_scatter():

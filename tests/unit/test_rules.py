@@ -296,11 +296,6 @@ def test_recompute_violations():
     assert "dense decoder layers only" in rule and "recompute by module (recompute_modules)" in rule
 
 
-def test_per_stage_model_rule():
-    assert rules.per_stage_model_rule(GQA) is None
-    assert "the per-stage searches take dense models" in rules.per_stage_model_rule(MOE)
-
-
 def test_stage_rules():
     ok = rules.stage_rules(GQA, 1, ParallelDims(tp=8, dp=2), (8, 8), 64, 4, 2048, True)
     assert ok == []

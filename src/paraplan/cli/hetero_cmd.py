@@ -214,8 +214,9 @@ def search_hetero(
     dtype_given: bool = True,
 ) -> HeteroResult:
     """``paraplan search --cluster FILE`` (AMP-style) or ``--non-uniform`` (Aceso-style); ``note`` ends the header
-    line; ``restrictions``: HeteroProblem axis fields (AMP-style only: tps, pps, micro_batches, recompute; both:
-    cps, schedules, search.staged.axes);
+    line; ``restrictions``: HeteroProblem axis fields (AMP-style only: tps, pps, micro_batches, recompute;
+    both: cps, schedules, search.staged.axes, and an MoE model's ep, etp, dispatchers and expert_load_cv,
+    search.staged.experts);
     ``framework``: a profile's stack on every pool and its plan defaults (profile_fields), as
     ``estimate --plan --framework`` prices a per-stage plan; ``attention_given``: --attention was stated
     (else the profile's attention default wins); ``dtype_given``: --dtype was stated. Those not stated

@@ -83,12 +83,26 @@ HETERO_SEARCH_OPTIONS = frozenset(
         "as_json",
         "width",
         "framework",
+        # a mixture-of-experts model's axes and router spread (search.staged.experts), as the uniform search's
+        "ep",
+        "etp",
+        "dispatcher",
+        "expert_load_cv",
     }
 )
 RESTRICT_HINT = (
     "restrict axes for a faster search: --tp, --pp, --cp, --ep, --micro-batch, --dispatcher, --no-offload, "
     "--default-placement"
 )
+
+
+def _expert_restrictions(axes: SearchAxes, ep, etp, dispatcher, expert_load_cv) -> dict:
+    """The HeteroProblem fields of the MoE options (--ep, --etp, --dispatcher: search.staged.experts.EXPERT_AXES,
+    parsed as the uniform search parses them; --expert-load-cv), for the per-stage searches."""
+    from paraplan.search.staged.experts import EXPERT_AXES
+
+    parsed = axes.restrictions(ep=ep, etp=etp, dispatcher=dispatcher)
+    return {name: parsed[name] for name in EXPERT_AXES} | {"expert_load_cv": expert_load_cv}
 
 
 @app.command()
@@ -159,7 +173,7 @@ def search(
     cluster: ClusterOption = None,
     non_uniform: switch(
         "--non-uniform",
-        help="per-stage GPUs / tp / recompute on one GPU type (dense models only, ep 1; cp 1 unless --cp "
+        help="per-stage GPUs / tp / recompute on one GPU type (one ep / etp per plan; cp 1 unless --cp "
         "lists more, one on every stage; schedule 1f1b and uniform seeds of 1f1b, interleaved, gpipe unless "
         "--schedule lists them, zb-h1 among them; dualpipe is not searched, estimate --plan prices it; no "
         "offload): Aceso-style search",
@@ -217,7 +231,8 @@ def search(
             width,
             note,
             {AMP_SEARCH_AXES[k]: restrictions[k] for k in AMP_SEARCH_AXES}
-            | {field: restrictions[key] for key, field in STAGE_SEARCH_AXES.values()},
+            | {field: restrictions[key] for key, field in STAGE_SEARCH_AXES.values()}
+            | _expert_restrictions(axes, ep, etp, dispatcher, expert_load_cv),
             framework,
             "attention" in explicit_options(ctx, ("attention",)),
             "dtype" in explicit_options(ctx, ("dtype",)),

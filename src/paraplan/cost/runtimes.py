@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from paraplan.cost.elementwise import where
 from paraplan.cost.moe_host import sync_drain_s
 from paraplan.specs.runtime import RuntimeCosts, StackRuntimeFields
 
@@ -227,6 +228,23 @@ def bf16_optimizer_accumulation_bytes() -> float:
     return 2.0 + 4.0 + 3.0 * 4.0
 
 
+def bf16_optimizer_norm_bytes() -> float:
+    """HBM bytes per parameter that DeepSpeed's BF16_Optimizer's gradient norm reads each step: 4, its fp32
+    gradient read once.
+
+    ``BF16_Optimizer.step`` computes the global norm over ``get_grads_for_norm()``, the views of the whole
+    flat fp32 gradient (``fp32_groups_gradients``, kept unsharded: ``fp32_groups_gradients_flat =
+    zeros_like(bf16_groups_flat)``), not only the rank's partition; ``get_global_norm_of_tensors`` runs
+    ``t.data.float().norm(2)`` per tensor (a no-op cast of fp32, one read of 4 B; runtime/bf16_optimizer.py
+    step 279-312 and get_grads_for_norm 375-415, runtime/utils.py 873-935 at deepspeedai/DeepSpeed
+    0050fdad; the same reads at 56c52238, the April-2022 merge, step 337-365, utils.py 895-936). Tensors
+    replicated over tensor-parallel ranks are skipped on TP ranks other than 0 (rank 0 reads them all).
+    Its clipping (``clip_tensors_by_global_norm``, 8 B: read and write) scales the gradients only where
+    the norm exceeds ``gradient_clipping`` (``if clip_coef < 1``, utils.py 950), a data-dependent pass
+    left out as Megatron's clip is from ``optimizer_step_bytes``."""
+    return 4.0
+
+
 def param_grad_accumulation_bytes(grad_bytes: float) -> float:
     """HBM bytes per parameter that autograd moves adding one micro-batch's gradient into the ``param.grad``
     held across micro-batches, kept in a dtype of ``grad_bytes`` bytes: 3·g (read the held and the fresh
@@ -254,6 +272,38 @@ def separate_grad_accum_first_bytes() -> float:
     DeepSpeedZeroOptimizer.zero_grad sets ``p.grad_accum = None`` after each step, line 1623). So a step
     of m micro-batches moves 6 + 18·(m − 1) bytes per parameter (``separate_grad_accum_bytes`` the others')."""
     return 2.0 + 4.0
+
+
+def zero2_bucket_copy_bytes(grad_bytes: float) -> float:
+    """HBM bytes per parameter that DeepSpeed's ZeRO stage-2 optimizer moves after each micro-batch's
+    backward copying its gradient (kept in a dtype of ``grad_bytes`` bytes, the model's) into the
+    contiguous IPG bucket: 2·g (read, write). ``reduce_independent_p_g_buckets_and_remove_grads``, from
+    each gradient's hook on the compute stream (``reduce_ready_partitions_and_remove_grads``: every
+    micro-batch where ``partition_gradients``), runs ``new_grad_tensor.copy_(grad_reduc.view(-1))`` into
+    ``ipg_buffer`` (model dtype) under ``contiguous_gradients`` (default True, zero/config.py), for every
+    parameter of at most ``reduce_bucket_size`` elements (deepspeedai/DeepSpeed
+    deepspeed/runtime/zero/stage_1_and_2.py 922-949 at 0050fdad, 939-966 at v0.16.4 e2dc3eeb)."""
+    return 2.0 * grad_bytes
+
+
+def zero2_partition_bytes(grad_bytes: float) -> float:
+    """HBM bytes per parameter of the GPU's gradient partition that DeepSpeed's ZeRO stage-2 optimizer
+    moves after a micro-batch's reduction, but the step's first: 2·g + 3·g = 5·g. ``reduce_ipg_grads``
+    copies each reduced gradient of the partition out of the IPG bucket into a fresh model-dtype
+    ``grads_in_partition`` (``copy_grads_in_partition``: read, write), and the epilogue
+    (``independent_gradient_partition_epilogue``, every micro-batch: DeepSpeedEngine.allreduce_gradients
+    calls it where ``zero_optimization_partition_gradients``) adds them into ``averaged_gradients``
+    (``accumulated_grad.add_(new_avg_grad)``: read two, write one), on the compute stream without
+    overlap_comm (stage_1_and_2.py 747-790, 1315-1349, 1351-1402 at 0050fdad; engine.py 1914-1928)."""
+    return 2.0 * grad_bytes + 3.0 * grad_bytes
+
+
+def zero2_partition_first_bytes(grad_bytes: float) -> float:
+    """HBM bytes per partition parameter of ZeRO stage 2 on the step's first micro-batch: 2·g, the copy into
+    ``grads_in_partition`` alone. ``averaged_gradients[i]`` is None after each step (stage_1_and_2.py 1889 at
+    0050fdad), so the epilogue takes ``get_flat_partition``'s views of the gradients (no copy where the
+    dtypes agree, ``return_tensor_list=True``) instead of adding (``zero2_partition_bytes`` the others')."""
+    return 2.0 * grad_bytes
 
 
 def accumulation_bytes_per_microbatch(pass_bytes, first_saving_bytes, microbatches):
@@ -391,6 +441,26 @@ def foreach_adamw_clip_bytes() -> float:
     (torchtitan/optimizer.py, config_manager.py)."""
     adam = _UNARY + _BINARY + _UNARY + _TERNARY + 3 * _UNARY + _TERNARY
     return adam + clip_grad_norm_bytes()
+
+
+def deepspeed_allreduce_copy_bytes(kept_bytes, reduce_bytes, flat):
+    """HBM bytes per parameter that DeepSpeed's fallback all-reduce moves around the collective, for
+    gradients kept in k = ``kept_bytes`` and reduced in c = ``reduce_bytes`` bytes: 2·c, plus 2·k + 2·c
+    where c ≠ k, plus 4·k where the buckets hold several tensors (``flat`` false). Floats or arrays.
+
+    ``buffered_allreduce_fallback`` → ``allreduce_no_retain`` → ``allreduce_and_copy`` → ``allreduce_bucket``
+    (deepspeedai/DeepSpeed deepspeed/runtime/engine.py 2336-2379 at 0050fdad): ``self.flatten(bucket)``
+    (torch's flatten_dense_tensors: a cat, read k and write k, of several tensors; a view of a single one),
+    the cast to ``communication_data_type`` where it differs (read k, write c), the average after the
+    all-reduce (postscale_gradients, the default: ``tensor_to_allreduce.mul_(predivide / dp_world_size)``,
+    read c, write c), the cast back (``tensor.copy_(tensor_to_allreduce)``: read c, write k), and
+    ``buf.copy_(synced)`` of each gradient from the unflattened result (read k, write k; none where
+    ``synced`` is the gradient itself, PyTorch's copy_ returning early on the same data). The
+    BF16_Optimizer hands it one flat fp32 buffer per parameter group (``get_grads_for_reduction``,
+    ``non_expert_gradients``, runtime/bf16_optimizer.py 147-153, 369-372): flat; the other optimizers
+    their per-parameter ``param.grad`` (``_get_gradients_for_reduction``, engine.py 2381)."""
+    cast = where(reduce_bytes != kept_bytes, 2.0 * kept_bytes + 2.0 * reduce_bytes, 0.0)
+    return 2.0 * reduce_bytes + cast + where(flat, 0.0, 4.0 * kept_bytes)
 
 
 def runtime_copy_s(elements, bytes_per_element, hbm_rate):

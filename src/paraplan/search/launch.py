@@ -135,7 +135,7 @@ def run_wide_violations(framework: str | None, problem) -> list[tuple[str, objec
     """(field, value, why) of the search's run-wide settings the framework's exporters cannot state:
     the datatype, the attention kernel (torchtitan and DeepSpeed run fused attention), the CP algorithm;
     and with any framework or none, a ``--recompute`` restriction no plan takes
-    (recompute_mode_violations). The per-stage searches (dense models only) ask this alone."""
+    (recompute_mode_violations). The per-stage searches ask it through problem_violations, as the uniform search."""
     name = launcher(framework)
     if name is None:
         return recompute_mode_violations(framework, problem)

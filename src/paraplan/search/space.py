@@ -26,6 +26,7 @@ from functools import cached_property, lru_cache
 from paraplan.cost.comm import GroupSpan
 from paraplan.search import launch
 from paraplan.search.divisors import divisors as _divisors
+from paraplan.search.expert_axes import expert_degrees, expert_switches
 from paraplan.search.grid_axes import SCHEDULES, SPLIT_BACKWARD_SCHEDULES, GridAxes
 from paraplan.search.options import (
     NO_EXPERT_OPTION,
@@ -41,7 +42,6 @@ from paraplan.search.options import (
 from paraplan.search.options import rows as _rows
 from paraplan.specs.errors import InputError, Violation
 from paraplan.specs.model import ModelSpec
-from paraplan.specs.moe_plan import SEARCH_DISPATCHERS
 from paraplan.specs.parallel import DEFAULT_PLACEMENT, DIM_NAMES, ParallelDims, placement_label
 from paraplan.specs.plan import RuntimeFields
 from paraplan.specs.rules import (
@@ -449,34 +449,17 @@ class SearchProblem(GridAxes):
         )
 
     def _expert_degrees(self, tp: int, cp: int, dp: int) -> list[tuple[int, int]]:
-        """The (ep, etp) pairs of expert_options, in its order."""
-        eps = self.ep or tuple(_divisors(self.model.experts))
-        etps = self.etp or tuple(sorted({1, tp}))
-        return [
-            (ep, etp)
-            for ep in eps
-            for etp in etps
-            if not expert_degree_rules(self.model, dims := ParallelDims(tp, cp, dp, ep=ep, etp=etp))
-            and not stack_parallelism_rules(self.stack_runs, dims)
-        ]
+        """The (ep, etp) pairs of expert_options, in its order (search.expert_axes.expert_degrees)."""
+        dims = (ParallelDims(tp, cp, dp),)
+        return expert_degrees(self.model, dims, self.ep, self.etp, (self.stack_runs,))
 
     def expert_switches(self, ep: int, etp: int) -> tuple[tuple[str, bool], ...]:
-        """(moe_dispatcher, moe_a2a_overlap) options of an (ep, etp): every allowed dispatcher (the named ones,
-        else specs.moe_plan.SEARCH_DISPATCHERS); overlap of
-        dispatch/combine only where there is one (ep·etp > 1). Memoised."""
+        """(moe_dispatcher, moe_a2a_overlap) options of an (ep, etp) (search.expert_axes.expert_switches).
+        Memoised."""
         memo = self._memo.setdefault("expert_switches", {})
         if (ep, etp) not in memo:
-            dispatchers = [
-                d
-                for d in (self.dispatchers or SEARCH_DISPATCHERS)
-                if not dispatcher_rule(d, self.capacity_factor)
-            ]
-            overlaps = [False, True] if ep * etp > 1 and self.vary_overlap else [False]
-            memo[(ep, etp)] = tuple(
-                (d, ov)
-                for d in dispatchers
-                for ov in overlaps
-                if launch.a2a_overlap_allowed(self.framework, ov)
+            memo[(ep, etp)] = expert_switches(
+                self.framework, self.dispatchers, self.capacity_factor, self.vary_overlap, ep, etp
             )
         return memo[(ep, etp)]
 

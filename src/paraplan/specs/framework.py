@@ -64,9 +64,9 @@ class FrameworkSpec(RuntimeFields, HostFields, EagerFields, StackRuntimeFields):
         "fused",
         description="how gradients are summed over micro-batches: in the wgrad GEMM or by autograd at no "
         "extra pass (fused), or by DeepSpeed's BF16 optimizer into fp32 after every backward "
-        "(cost.runtimes.bf16_optimizer_accumulation_bytes); under DeepSpeed's optimizers "
-        "(zero0_bf16_optimizer) read at ZeRO 2/3 only, ZeRO 0/1 being the optimizer's "
-        "(step.constants.runs_bf16_optimizer, zero01_accumulation_bytes)",
+        "(cost.runtimes.bf16_optimizer_accumulation_bytes); not read under DeepSpeed's optimizers "
+        "(zero0_bf16_optimizer), whose accumulation at every ZeRO stage is the optimizer's "
+        "(step.constants.runs_bf16_optimizer, zero_accumulation_bytes)",
     )
     gradient_allocation: Literal["buffer", "backward"] = Field(
         "buffer",

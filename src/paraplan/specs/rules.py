@@ -389,16 +389,6 @@ def uniform_model_violations(model: ModelSpec) -> list[Violation]:
     return []
 
 
-def per_stage_model_rule(model: ModelSpec) -> str | None:
-    """The per-stage searches (search.staged: --cluster, --non-uniform) search dense models only (at ep 1)."""
-    if moe_shaped(model):
-        return (
-            "the per-stage searches take dense models; a mixture-of-experts / MLA / windowed-pattern / "
-            "MTP model is searched uniformly, or priced from a plan file (estimate --plan)"
-        )
-    return None
-
-
 def stage_rules(
     model: ModelSpec,
     index: int,

@@ -236,8 +236,8 @@ class StackRuntimeFields(InputModel):
         description="the stack runs DeepSpeed's optimizers: without ZeRO (zero 0) a bf16-weight run keeps fp32 "
         "gradients and adds each micro-batch's bf16 gradient into them (DeepSpeed's BF16_Optimizer, which "
         "get_data_types picks when ZeRO is off); with ZeRO, grad_dtype: step.constants.zero0_terms; where the "
-        "BF16_Optimizer does not run, the FP16 / basic / ZeRO-1 optimizers' accumulation at ZeRO 0 and 1 "
-        "(step.constants.zero01_accumulation_bytes)",
+        "BF16_Optimizer does not run, the FP16 / basic / ZeRO-1 / ZeRO-2 / ZeRO-3 optimizers' accumulation "
+        "passes (step.constants.zero_accumulation_bytes)",
     )
 
 

@@ -16,8 +16,8 @@ Expert parallelism: a stage of a mixture-of-experts model may state ``ep`` and `
 grid etp·ep·edp carved out of its tp·cp·dp ranks), the plan the run's MoE knobs (EXPERT_KNOBS, a uniform
 plan's), checked by a uniform plan's MoE rules (specs.rules_moe.stage_expert_violations), every stage the same
 ep and etp (stage_expert_rule: Megatron-Core's one expert grid per model), one pool per MoE stage
-(stage_pools_rule), and priced as a uniform plan prices them (step.per_stage); the per-stage searches take
-dense models only.
+(stage_pools_rule), and priced as a uniform plan prices them (step.per_stage); the per-stage searches search
+them (search.staged.experts).
 
 Micro-batching: the global batch is cut into ``microbatches`` micro-batches that flow through the
 pipeline; stage i splits each over its dp_i replicas, so one GPU of stage i works on

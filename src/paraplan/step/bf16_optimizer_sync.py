@@ -24,8 +24,13 @@ from __future__ import annotations
 from typing import Any
 
 from paraplan.cost.elementwise import where
+from paraplan.cost.runtimes import (
+    bf16_optimizer_norm_bytes,
+    deepspeed_allreduce_copy_bytes,
+    runtime_copy_s,
+)
 from paraplan.step.constants import runs_bf16_optimizer
-from paraplan.step.inputs import GradientGroup, StepInputs, shard_ways
+from paraplan.step.inputs import GradientGroup, Stage, StepInputs, shard_ways, stage_params
 
 Num = Any
 
@@ -91,3 +96,51 @@ def optimizer_shard_ways(inp: StepInputs, group: GradientGroup) -> Num:
     if runs is False:
         return zero_ways
     return where(runs, group.size, zero_ways)
+
+
+def bf16_optimizer_norm_extra_bytes(inp: StepInputs, stage: Stage, owned: Num) -> Num:
+    """HBM bytes the BF16_Optimizer's gradient norm reads per step on ``stage`` beyond the one norm read
+    per ``owned`` parameter that StepInputs.optimizer_step_bytes counts: (P − owned) ·
+    cost.runtimes.bf16_optimizer_norm_bytes (4 B), P the stage's parameters per GPU over its gradient
+    groups, where the candidate runs the BF16_Optimizer (``bf16_optimizer_runs``); 0 elsewhere. Its norm
+    reads the whole fp32 gradient, which it keeps unsharded, not only the partition it steps
+    (runtime/bf16_optimizer.py step and get_grads_for_norm at 0050fdad)."""
+    runs = bf16_optimizer_runs(inp)
+    if runs is False:
+        return 0.0
+    params = sum(stage_params(stage, name) for name in inp.gradient_groups)
+    return where(runs, (params - owned) * bf16_optimizer_norm_bytes(), 0.0)
+
+
+def optimizer_traffic_bytes(inp: StepInputs, stage: Stage, owned: Num) -> Num:
+    """HBM bytes of the optimizer step on ``stage``: ``owned`` · StepInputs.optimizer_step_bytes plus the
+    BF16_Optimizer's norm over the rest of its whole gradient (``bf16_optimizer_norm_extra_bytes``), the
+    device traffic step.tail.tail_terms prices."""
+    return owned * inp.optimizer_step_bytes + bf16_optimizer_norm_extra_bytes(inp, stage, owned)
+
+
+def deepspeed_fallback_copies(inp: StepInputs, stage: Stage, time: dict, price: dict) -> tuple:
+    """(time, price) of step.tail._Traffic's call kinds with DeepSpeed's fallback all-reduce's copies
+    added to the all-reduce's, where the stack runs DeepSpeed's optimizers (StepInputs.zero_stage_terms'
+    accumulation cells: step.constants.zero_accumulation_bytes) and the all-reduce is costed: every
+    all-reduce of theirs is the fallback (ZeRO 0: DeepSpeedEngine.allreduce_gradients; the
+    BF16_Optimizer at ZeRO 1: the PipelineEngine's _bf16_reduce_grads). Per gradient group of size > 1:
+    P_group · cost.runtimes.deepspeed_allreduce_copy_bytes(k, c, flat) at the HBM rate, in series with
+    the collective on the compute stream (in its time and its hidden price alike), k the kept gradient's
+    bytes (StepInputs.grad_bytes), c the reduction's (grad_reduce_bytes), flat where the BF16_Optimizer
+    runs (``bf16_optimizer_runs``); ``time`` and ``price`` unchanged elsewhere."""
+    if "all_reduce" not in time or not (inp.zero_stage_terms and inp.zero_stage_terms[3]):
+        return time, price
+    per_param = deepspeed_allreduce_copy_bytes(
+        inp.grad_bytes, inp.grad_reduce_bytes, bf16_optimizer_runs(inp)
+    )
+    copies = 0.0
+    for name, group in inp.gradient_groups.items():
+        params = stage_params(stage, name)
+        copies = copies + where(
+            group.size > 1, runtime_copy_s(params, per_param, inp.hbm_rate), 0.0
+        )
+    return (
+        time | {"all_reduce": time["all_reduce"] + copies},
+        price | {"all_reduce": price["all_reduce"] + copies},
+    )

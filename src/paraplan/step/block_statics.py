@@ -14,7 +14,7 @@ from paraplan.graph.transformer import LayerShape, cp_free_key, cp_free_memo, wi
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.system import SystemSpec
 from paraplan.step.block_sums import block_compute
-from paraplan.step.blocks import BLOCK_KINDS
+from paraplan.step.blocks import BLOCK_KINDS, Width
 
 
 def kind_shape(model: ModelSpec, shape: LayerShape, name: str) -> LayerShape:
@@ -32,7 +32,7 @@ def kind_shape(model: ModelSpec, shape: LayerShape, name: str) -> LayerShape:
 def kind_statics(model: ModelSpec, system: SystemSpec, shape: LayerShape, name: str):
     """(compute, weight tensors, largest weight params, small weight numels) of ``kind_cost_facts``: what the
     kind's ops fix whatever the spans (``_graph_statics``), without costing a collective."""
-    return _graph_statics(model, system, name, kind_shape(model, shape, name))
+    return _graph_statics(model, system, name, kind_shape(model, shape, name), model)
 
 
 def kind_small_width(model: ModelSpec, shapes, name: str) -> int:
@@ -50,10 +50,8 @@ def kind_small_width(model: ModelSpec, shapes, name: str) -> int:
         else:  # the input and output blocks' core ops are declared without building a graph
             shared = kind.every_model and kind.core_ops(model, shape) == ()
         seen.setdefault(cp_free_key(shape) if shared else shape, shape)
-    return max(
-        len(_weight_stats(model, name, _statics_shape(model, kind_shape(model, shape, name)))[2])
-        for shape in seen.values()
-    )
+    shapes = (_statics_shape(model, kind_shape(model, shape, name)) for shape in seen.values())
+    return max(len(_weight_stats(model, name, shape, model)[2]) for shape in shapes)
 
 
 def kind_splits(model: ModelSpec, name: str) -> bool:
@@ -106,25 +104,29 @@ def _statics_shape(model: ModelSpec, shape: LayerShape) -> LayerShape:
     return shape
 
 
-def _graph_statics(model: ModelSpec, system: SystemSpec, name: str, shape: LayerShape):
-    """(block_compute, and weight_tensor_stats's count, largest and small tensors) of a block: they read its ops
+def _graph_statics(
+    model: ModelSpec, system: SystemSpec, name: str, shape: LayerShape, width: Width
+):
+    """(block_compute, and weight_tensor_stats's count, largest and small tensors) of a block built at ``width``
+    (the model's own, or a per-stage plan's layer_widths group's: step.blocks.BlockRef.width): they read its ops
     only (``_statics_shape``): shared."""
-    return _statics_of(model, system, name, _statics_shape(model, shape))
+    return _statics_of(model, system, name, _statics_shape(model, shape), width)
 
 
 @lru_cache(maxsize=65536)
-def _weight_stats(model: ModelSpec, name: str, shape: LayerShape) -> tuple:
-    """graph.ops.weight_tensor_stats of the block kind's graph for exactly this shape (one walk)."""
-    graph = BLOCK_KINDS[name].graph(
-        model, shape
+def _weight_stats(model: ModelSpec, name: str, shape: LayerShape, width: Width) -> tuple:
+    """graph.ops.weight_tensor_stats of the block kind's graph at ``width`` for exactly this shape (one walk)."""
+    graph = BLOCK_KINDS[name].build(
+        model, width, shape
     )  # the builders are cached: the same graph as the caller's
-    return weight_tensor_stats(graph, *weight_stat_fields(model))
+    return weight_tensor_stats(graph, *weight_stat_fields(width))
 
 
 @lru_cache(maxsize=65536)
-def _statics_of(model: ModelSpec, system: SystemSpec, name: str, shape: LayerShape):
-    """_graph_statics of the block kind's graph for exactly this shape."""
-    graph = BLOCK_KINDS[name].graph(model, shape)
-    tensors, largest, small = _weight_stats(model, name, shape)
-    bias = (model.has_bias, model.has_qkv_bias)
+def _statics_of(model: ModelSpec, system: SystemSpec, name: str, shape: LayerShape, width: Width):
+    """_graph_statics of the block kind's graph at ``width`` for exactly this shape (the kernels the host issues:
+    the widths' bias and qkv bias)."""
+    graph = BLOCK_KINDS[name].build(model, width, shape)
+    tensors, largest, small = _weight_stats(model, name, shape, width)
+    bias = (width.has_bias, width.has_qkv_bias)
     return block_compute(graph, system, shape.dtype, bias), tensors, largest, small

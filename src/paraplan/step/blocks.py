@@ -51,6 +51,12 @@ from paraplan.specs.parallel import GRADIENT_GROUPS
 Width = ModelSpec  # the widths one block is built with: the model's own, or one of its layer_widths groups
 
 
+def block_width(model: ModelSpec, width: Width | None) -> Width:
+    """The widths a block is built with: ``width`` where given (a BlockRef's: a per-stage plan's layer_widths
+    group's), else the model's own."""
+    return model if width is None else width
+
+
 @dataclass(frozen=True)
 class BlockKind:
     """One kind of block: how to build its op graph and what it keeps in memory, from the model and the
@@ -92,15 +98,15 @@ class BlockKind:
         """Neither a layer nor of the MoE family: the input and output blocks every model has."""
         return not (self.layer or self.moe_family)
 
-    def graph(self, model: ModelSpec, shape: LayerShape) -> LayerGraph:
-        """Its op graph at the model's own widths."""
-        return self.build(model, model, shape)
+    def graph(self, model: ModelSpec, shape: LayerShape, width: Width | None = None) -> LayerGraph:
+        """Its op graph at ``width`` (a BlockRef's widths: a layer_widths group's), the model's own by default."""
+        return self.build(model, block_width(model, width), shape)
 
     def memory(
-        self, model: ModelSpec, shape: LayerShape, recompute: str
+        self, model: ModelSpec, shape: LayerShape, recompute: str, width: Width | None = None
     ) -> tuple[float, float, float]:
-        """(kept, held once, buffer) bytes at the model's own widths."""
-        return self.memory_of(model, model, shape, recompute)
+        """(kept, held once, buffer) bytes at ``width`` (as ``graph``), the model's own by default."""
+        return self.memory_of(model, block_width(model, width), shape, recompute)
 
 
 def decoder_side_shape(model: ModelSpec, shape: LayerShape) -> LayerShape:
@@ -449,15 +455,7 @@ def attached_blocks(model: ModelSpec) -> tuple[tuple[BlockRef, dict[str, int]], 
 
 def block_graph(model: ModelSpec, ref: BlockRef, shape: LayerShape) -> LayerGraph:
     """The op graph of one block of ``model`` (``ref``: from ``model_blocks``) on ``shape``."""
-    return BLOCK_KINDS[ref.kind].build(model, ref.width, shape)
-
-
-def block_memory(
-    model: ModelSpec, ref: BlockRef, shape: LayerShape, recompute: str
-) -> tuple[float, float, float]:
-    """(kept, held once, buffer) bytes of one block; only the kinds recomputation checkpoints read ``recompute``."""
-    kind = BLOCK_KINDS[ref.kind]
-    return kind.memory_of(model, ref.width, shape, recompute if kind.recomputed else "none")
+    return BLOCK_KINDS[ref.kind].graph(model, shape, ref.width)
 
 
 @lru_cache(maxsize=64)

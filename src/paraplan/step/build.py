@@ -9,8 +9,8 @@ Read top-down:
    gathers the same fields, from the same cached functions, as numpy arrays (search/table.py).
 3. ``row_blocks`` / ``block_cost``: per-block time terms (step.compose.block_terms) with the rules that
    decide them — recomputation re-runs the kinds BLOCK_KINDS marks recomputed; TP comm-GEMM overlap
-   only when the TP group sits in one NVLink domain. The per-stage path (step/per_stage.py) builds its
-   blocks through the same ``block_cost``.
+   only when the TP group sits in one NVLink domain. The per-stage path (step/stage_blocks.py) costs its
+   blocks through the same ``kind_cost_facts``, ``kind_memory_facts`` (at each block's widths) and ``block_cost``.
 4. step/layout.py lays the blocks out on stages (a uniform split or a per-stage plan).
 Steps 3 and 4 are written once for floats and arrays: the estimator and the search share them.
 """
@@ -44,6 +44,8 @@ from paraplan.step.block_sums import (  # noqa: F401 (re-exported: the search an
 from paraplan.step.blocks import (  # noqa: F401 (re-exported: the estimator, the search and the tests read them here)
     BLOCK_KINDS,
     EXPERT_FREE_KINDS,
+    Width,
+    block_width,
     head_params_with_embedding,
     head_tensors_shared_with_embedding,
     layer_buffer_bytes,
@@ -198,12 +200,15 @@ def kind_cost_facts(
     cp_span: GroupSpan,
     name: str,
     async_tp: bool = True,
+    width: Width | None = None,
 ) -> BlockCostFacts:
-    """One block kind's entry of ``block_cost_facts``. Expert-free kinds are costed without expert knobs, the
-    others without a2a overlap (block_comm records it only as ``ep_overlap``, set back here): the same bits,
-    shared by every expert option (tests/search/test_moe_search.py); ``async_tp``: block_comm's (per-stage engines)."""
+    """One block kind's entry of ``block_cost_facts``, and every block of a per-stage plan's stage
+    (step.stage_blocks: ``width`` its BlockRef's, a layer_widths group's; None, the model's own). Expert-free kinds
+    are costed without expert knobs, the others without a2a overlap (block_comm records it only as ``ep_overlap``,
+    set back here): the same bits, shared by every expert option (tests/search/test_moe_search.py); ``async_tp``:
+    block_comm's (per-stage engines)."""
     shape_k = kind_shape(model, shape, name)
-    facts = _kind_cost_facts(model, system, name, shape_k, tp_span, cp_span, async_tp)
+    facts = _kind_cost_facts(model, system, name, shape_k, tp_span, cp_span, async_tp, width)
     overlap = float(shape.expert.a2a_overlap) if moe_shaped(model) else 0.0
     if facts.comm.ep_overlap != overlap:
         facts = facts._replace(comm=_comm_with_overlap(facts.comm, overlap))
@@ -218,16 +223,18 @@ def _kind_cost_facts(
     tp_span: GroupSpan,
     cp_span: GroupSpan,
     async_tp: bool = True,
+    width: Width | None = None,
 ) -> BlockCostFacts:
-    """One block kind's BlockCostFacts (block_cost_facts). A span the block's collectives do not use
-    is not part of its cost: costed once whatever that span (the embedding and LM head have no CP
-    collective, whatever the CP placement; ``_used_span_cost_facts``)."""
-    used = collective_groups(BLOCK_KINDS[name].graph(model, shape))
+    """One block kind's BlockCostFacts (block_cost_facts) at ``width`` (None: the model's own). A span the
+    block's collectives do not use is not part of its cost: costed once whatever that span (the embedding and
+    LM head have no CP collective, whatever the CP placement; ``_used_span_cost_facts``)."""
+    width = block_width(model, width)
+    used = collective_groups(BLOCK_KINDS[name].build(model, width, shape))
     if not used & _TP_GROUPS and shape.tp_layout != "2d":  # SUMMA's exposure reads the tp span
         tp_span = _NO_SPAN
     if "cp" not in used:
         cp_span = _NO_SPAN
-    return _used_span_cost_facts(model, system, name, shape, (tp_span, cp_span), async_tp)
+    return _used_span_cost_facts(model, system, name, shape, (tp_span, cp_span), async_tp, width)
 
 
 @lru_cache(maxsize=65536)
@@ -237,12 +244,13 @@ def _used_span_cost_facts(
     name: str,
     shape: LayerShape,
     spans: tuple[GroupSpan, GroupSpan],
-    async_tp: bool = True,
+    async_tp: bool,
+    width: Width,
 ) -> BlockCostFacts:
-    """``_kind_cost_facts`` on the (tp, cp) spans the block's collectives use (the others _NO_SPAN)."""
+    """``_kind_cost_facts`` on the (tp, cp) spans the block's collectives use (the others _NO_SPAN), at ``width``."""
     tp_span, cp_span = spans
     moe = moe_shaped(model)
-    graph = BLOCK_KINDS[name].graph(model, shape)
+    graph = BLOCK_KINDS[name].build(model, width, shape)
     used = collective_groups(graph)
     comm = block_comm(
         graph,
@@ -253,7 +261,7 @@ def _used_span_cost_facts(
         shape if moe or shape.tp_layout == "2d" else None,
         async_tp,
     )
-    compute, tensors, largest, small = _graph_statics(model, system, name, shape)
+    compute, tensors, largest, small = _graph_statics(model, system, name, shape, width)
     if shape.tp_layout == "2d":
         comm = with_summa_exposure(comm, compute, graph, system, tp_span, shape)
     elif dtensor_tp(system) and used & _TP_GROUPS:  # PyTorch AsyncTP's collective matmuls
@@ -272,11 +280,13 @@ def block_memory_facts(
 
 
 def kind_memory_facts(
-    model: ModelSpec, shape: LayerShape, name: str, recompute: str
+    model: ModelSpec, shape: LayerShape, name: str, recompute: str, width: Width | None = None
 ) -> BlockMemoryFacts:
-    """One block kind's BlockMemoryFacts; only the kinds recomputation checkpoints read the recompute mode."""
+    """One block kind's BlockMemoryFacts at ``width`` (as ``kind_cost_facts``: None, the model's own); only the
+    kinds recomputation checkpoints read the recompute mode."""
     kind = BLOCK_KINDS[name]
-    return BlockMemoryFacts(*kind.memory(model, shape, recompute if kind.recomputed else "none"))
+    rc = recompute if kind.recomputed else "none"
+    return BlockMemoryFacts(*kind.memory(model, shape, rc, width))
 
 
 def row_facts(

@@ -59,6 +59,7 @@ from paraplan.step.inputs import (  # noqa: F401
     GridKnobs,
     Stage,
     StepInputs,
+    shard_ways,
     stage_params,
     stage_work,
     sum_blocks,
@@ -204,15 +205,39 @@ def runtime_work(inp: StepInputs, stage: Stage, work: dict[str, Num]) -> dict[st
     if any_positive(own.batch_sync_s):  # the pipeline engine's batch loads
         loads = (inp.pp > 1) & ((stage.index == 0) | (stage.index + stage.count >= inp.pp))
         work["forward"] = work["forward"] + where(loads, own.batch_sync_s, 0.0)
-    if not any_positive(own.grad_accumulation_bytes):
-        return work
-    params = sum_blocks(stage, lambda b: b.params)
-    per_microbatch = own.grad_accumulation_bytes
-    if any_positive(own.grad_accumulation_first_saving_bytes):  # the first micro-batch's saving
-        saving = own.grad_accumulation_first_saving_bytes
-        per_microbatch = accumulation_bytes_per_microbatch(per_microbatch, saving, inp.microbatches)
-    work["backward"] = work["backward"] + grad_accumulation_s(params, per_microbatch, own.hbm_rate)
+    work["backward"] = work["backward"] + _accumulation_s(inp, own, stage)
     return work
+
+
+def _accumulation_s(inp: StepInputs, own: StepInputs, stage: Stage) -> Num:
+    """Seconds per micro-batch of the runtime's gradient accumulation on ``stage``
+    (cost.runtimes.grad_accumulation_s): every parameter of the stage at ``own``'s
+    grad_accumulation_bytes, and every parameter of its gradient partitions (each group's
+    parameters over its ZeRO-2 shards, step.inputs.shard_ways) at grad_accumulation_owned_bytes, each
+    less its first micro-batch's saving spread over the step's micro-batches
+    (cost.runtimes.accumulation_bytes_per_microbatch); 0 where no pass is stated."""
+    total = 0.0
+    if any_positive(own.grad_accumulation_bytes):
+        params = sum_blocks(stage, lambda b: b.params)
+        per_microbatch = own.grad_accumulation_bytes
+        if any_positive(own.grad_accumulation_first_saving_bytes):  # the first micro-batch's saving
+            saving = own.grad_accumulation_first_saving_bytes
+            per_microbatch = accumulation_bytes_per_microbatch(
+                per_microbatch, saving, inp.microbatches
+            )
+        total = grad_accumulation_s(params, per_microbatch, own.hbm_rate)
+    if any_positive(own.grad_accumulation_owned_bytes):
+        owned = sum(
+            stage_params(stage, name) / shard_ways(inp, group, 2)
+            for name, group in inp.gradient_groups.items()
+        )
+        per_owned = accumulation_bytes_per_microbatch(
+            own.grad_accumulation_owned_bytes,
+            own.grad_accumulation_owned_first_saving_bytes,
+            inp.microbatches,
+        )
+        total = total + grad_accumulation_s(owned, per_owned, own.hbm_rate)
+    return total
 
 
 def stage_works(inp: StepInputs) -> list[dict[str, Num]]:

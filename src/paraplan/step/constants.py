@@ -19,6 +19,9 @@ from paraplan.cost.runtimes import (
     param_grad_accumulation_bytes,
     separate_grad_accum_bytes,
     separate_grad_accum_first_bytes,
+    zero2_bucket_copy_bytes,
+    zero2_partition_bytes,
+    zero2_partition_first_bytes,
 )
 from paraplan.graph.eager_modules import impl_key
 from paraplan.specs.plan import RuntimeFields
@@ -72,7 +75,7 @@ def system_terms(system: SystemSpec, dtype: str, runtime=None) -> dict:
         **runtime_terms(acc.efficiency.runtime, dtype, reduce_bytes),
         zero0=zero0_terms(system, dtype),
         bf16_optimizer_zero1=knobs.grad_dtype == "fp32",
-        zero01_accumulation=zero01_accumulation_bytes(system, dtype, knobs),
+        zero_accumulation=zero_accumulation_bytes(system, dtype, knobs),
     )
 
 
@@ -152,16 +155,15 @@ def zero0_terms(system: SystemSpec, dtype: str) -> dict:
     }
 
 
-def zero01_accumulation_bytes(system: SystemSpec, dtype: str, runtime=None) -> tuple:
-    """(at ZeRO 0, at ZeRO 1), each (bytes, first_saving): HBM bytes per parameter of the gradient
-    accumulation pass DeepSpeed's optimizers run after a micro-batch's backward where the BF16_Optimizer
-    does not (runs_bf16_optimizer; its 18 B every micro-batch are zero0_terms'), and the bytes the step's
-    first micro-batch saves of it (cost.runtimes.accumulation_bytes_per_microbatch: the gradients are None
-    after each step, so autograd takes the first gradient without an add, and fill_grad_accum_attribute
-    only casts it), for a run of ``dtype`` on ``system`` under the run-wide knobs of ``runtime`` (None:
-    their defaults); () where the stack does not run DeepSpeed's optimizers
-    (efficiency.runtime.zero0_bf16_optimizer false) and for ZeRO 2/3 (the stack's grad_accumulation_bytes,
-    unread: docs/model.md).
+def zero_accumulation_bytes(system: SystemSpec, dtype: str, runtime=None) -> tuple:
+    """(at ZeRO 0, 1, 2, 3), each (bytes, first_saving, owned_bytes, owned_first_saving): HBM bytes per
+    parameter of the stage and micro-batch of the gradient accumulation passes DeepSpeed's optimizers run
+    on the compute stream where the BF16_Optimizer does not (runs_bf16_optimizer; its 18 B every
+    micro-batch are zero0_terms'), and of them the bytes the step's first micro-batch saves
+    (cost.runtimes.accumulation_bytes_per_microbatch); then the same per parameter of the GPU's gradient
+    partition (1 of the gradient group's ZeRO shards), for a run of ``dtype`` on ``system`` under the
+    run-wide knobs of ``runtime`` (None: their defaults); () where the stack does not run DeepSpeed's
+    optimizers (efficiency.runtime.zero0_bf16_optimizer false: deepspeed-2021, v0.3.14, unread).
 
     DeepSpeedEngine._do_optimizer_sanity_check and _configure_optimizer (deepspeed/runtime/engine.py at
     v0.16.4 e2dc3eeb; the same at 0050fdad): without ZeRO an fp16 model runs the FP16 optimizers
@@ -173,18 +175,32 @@ def zero01_accumulation_bytes(system: SystemSpec, dtype: str, runtime=None) -> t
     (``reduce_ready_partitions_and_remove_grads``), so autograd adds into ``param.grad`` alike, unless its
     gradient_accumulation_dtype (``grad_dtype``) is fp32 on a 2-byte model: then ``fill_grad_accum_attribute``
     casts and adds each micro-batch into fp32 ``param.grad_accum`` (cost.runtimes.separate_grad_accum_bytes,
-    18 B; where the BF16_Optimizer does not run: fp16, or bf16 with the optimizer offloaded)."""
+    18 B; where the BF16_Optimizer does not run: fp16, or bf16 with the optimizer offloaded). ZeRO 2 copies
+    every micro-batch's gradients into its IPG bucket (cost.runtimes.zero2_bucket_copy_bytes, 2·g of the
+    model dtype, every parameter) and its partition's out of it and adds them up
+    (zero2_partition_bytes, 5·g per partition parameter; the first micro-batch the copy alone,
+    zero2_partition_first_bytes). ZeRO 3 runs none on the compute stream: stage3.py (0050fdad)
+    ``__add_grad_to_ipg_bucket`` copies into its bucket and ``partition_grads`` into the
+    ``grad_partitions_flat_buffer`` on ``reduce_and_partition_stream``, beside the reduce-scatter."""
     knobs = runtime if runtime is not None else _RUNTIME_DEFAULTS
     if not system.accelerator.efficiency.runtime.zero0_bf16_optimizer:
         return ()
     model_bytes = mem.compute_copy_bytes(dtype)
     add = param_grad_accumulation_bytes(model_bytes)
-    at0 = (add, add)  # the first micro-batch's gradient stolen: no pass
-    separate = knobs.grad_dtype == "fp32" and model_bytes < 4.0
-    if not separate:
-        return (at0, at0)
+    at0 = (add, add, 0.0, 0.0)  # the first micro-batch's gradient stolen: no pass
+    partition = zero2_partition_bytes(model_bytes)
+    at2 = (
+        zero2_bucket_copy_bytes(model_bytes),
+        0.0,
+        partition,
+        partition - zero2_partition_first_bytes(model_bytes),
+    )
+    at3 = (0.0, 0.0, 0.0, 0.0)
+    if not (knobs.grad_dtype == "fp32" and model_bytes < 4.0):
+        return (at0, at0, at2, at3)
     grad_accum = separate_grad_accum_bytes()
-    return (at0, (grad_accum, grad_accum - separate_grad_accum_first_bytes()))
+    at1 = (grad_accum, grad_accum - separate_grad_accum_first_bytes(), 0.0, 0.0)
+    return (at0, at1, at2, at3)
 
 
 def runs_bf16_optimizer(zero, zero1: bool, offload_optimizer=False):
@@ -228,22 +244,30 @@ def dp_reduce_fallback(
     return deepspeed_allreduce_fallback(zero, bf16)
 
 
+# the StepInputs fields of one cell of zero_accumulation_bytes, in its order
+ACCUMULATION_FIELDS = (
+    "grad_accumulation_bytes",
+    "grad_accumulation_first_saving_bytes",
+    "grad_accumulation_owned_bytes",
+    "grad_accumulation_owned_first_saving_bytes",
+)
+
+
 def at_zero_stage(constants: dict, zero, offload_optimizer=False) -> dict:
     """The StepInputs fields of system_terms' ``constants`` for candidates of ZeRO stage ``zero``
     and optimizer offload ``offload_optimizer`` (numbers or arrays over candidates): its ``zero0``
     terms (zero0_terms) where the BF16_Optimizer runs (runs_bf16_optimizer: zero 0, and zero 1 with
-    fp32 gradients on the GPU), the accumulation of DeepSpeed's other optimizers at ZeRO 0 and 1
-    (``zero01_accumulation``, zero01_accumulation_bytes), the rest as they are, and all of them
+    fp32 gradients on the GPU), the accumulation of DeepSpeed's other optimizers at each ZeRO stage
+    (``zero_accumulation``, zero_accumulation_bytes), the rest as they are, and all of them
     (``zero_stage_terms``) to resolve them again under other stages (step.layout.with_knobs). The one
     reading of that rule: the uniform plans (step.layout.build_step_inputs: estimate and search) and
     the per-stage plans (step.per_stage)."""
-    skip = ("zero0", "bf16_optimizer_zero1", "zero01_accumulation")
+    skip = ("zero0", "bf16_optimizer_zero1", "zero_accumulation")
     terms = {name: value for name, value in constants.items() if name not in skip}
-    zero0, accumulation = constants["zero0"], constants["zero01_accumulation"]
+    zero0, accumulation = constants["zero0"], constants["zero_accumulation"]
     if not zero0 and not accumulation:
         return terms
-    names = set(zero0) | ({"grad_accumulation_bytes"} if accumulation else set())
-    others = {name: terms[name] for name in sorted(names)}
+    others = {name: terms[name] for name in sorted(zero0)}
     stage_terms = (zero0, others, constants["bf16_optimizer_zero1"], accumulation)
     return (
         terms
@@ -252,25 +276,29 @@ def at_zero_stage(constants: dict, zero, offload_optimizer=False) -> dict:
     )
 
 
+def _by_zero_stage(zero, values: tuple):
+    """values[zero] for candidates of ZeRO stage ``zero`` (0-3; a number or an array)."""
+    at0, at1, at2, at3 = values
+    return where(zero == 0, at0, where(zero == 1, at1, where(zero == 2, at2, at3)))
+
+
 def zero_stage_values(zero_stage_terms: tuple, zero, offload_optimizer=False) -> dict:
     """The gradient terms of ``zero_stage_terms`` (the BF16_Optimizer's, the others', whether it
-    runs at zero 1, the other optimizers' accumulation at zero 0 and 1; at_zero_stage) for candidates
-    of ZeRO stage ``zero`` and optimizer offload ``offload_optimizer`` (runs_bf16_optimizer); {} for ()."""
+    runs at zero 1, the other optimizers' accumulation at each ZeRO stage; at_zero_stage) for
+    candidates of ZeRO stage ``zero`` and optimizer offload ``offload_optimizer``
+    (runs_bf16_optimizer); {} for ()."""
     if not zero_stage_terms:
         return {}
     zero0, others, zero1, accumulation = zero_stage_terms
     runs = runs_bf16_optimizer(zero, zero1, offload_optimizer)
     out = {name: where(runs, value, others[name]) for name, value in zero0.items()}
     if accumulation:
-        (at0, save0), (at1, save1) = accumulation
-        stack = others["grad_accumulation_bytes"]  # ZeRO 2/3: the stack's, every micro-batch
-        below = where(zero == 0, at0, where(zero == 1, at1, stack))
-        saved = where(zero == 0, save0, where(zero == 1, save1, 0.0))
         bf16 = zero0.get("grad_accumulation_bytes")  # every micro-batch (update_hp_grads adds)
-        out["grad_accumulation_bytes"] = below if bf16 is None else where(runs, bf16, below)
-        out["grad_accumulation_first_saving_bytes"] = (
-            saved if bf16 is None else where(runs, 0.0, saved)
-        )
+        for k, name in enumerate(ACCUMULATION_FIELDS):
+            value = _by_zero_stage(zero, tuple(cell[k] for cell in accumulation))
+            if bf16 is not None:
+                value = where(runs, bf16 if k == 0 else 0.0, value)
+            out[name] = value
     return out
 
 
@@ -278,18 +306,18 @@ def least_zero_stage_terms(zero_stage_terms: tuple, microbatches) -> dict:
     """The least value each term of ``zero_stage_terms`` (at_zero_stage) takes at any ZeRO stage: the
     gradient terms a bound over every ZeRO stage of a group prices (step.compose.pipeline_bound_s). The
     accumulation's at its ``microbatches`` (cost.runtimes.accumulation_bytes_per_microbatch of each
-    stage's pass and first-micro-batch saving), with no saving left to take."""
+    stage's pass and first-micro-batch saving, per parameter and per partition parameter apart), with
+    no saving left to take."""
     zero0, others, _, accumulation = zero_stage_terms
-    names = set(zero0) | set(others)
-    out = {}
-    for name in sorted(names):
-        values = [v for v in (zero0.get(name), others.get(name)) if v is not None]
-        if name == "grad_accumulation_bytes":
-            values += [
-                accumulation_bytes_per_microbatch(*cell, microbatches) for cell in accumulation
-            ]
-            out["grad_accumulation_first_saving_bytes"] = 0.0
-        out[name] = reduce(np.minimum, values)
+    out = {name: reduce(np.minimum, (zero0[name], others[name])) for name in sorted(zero0)}
+    if accumulation:
+        whole = [accumulation_bytes_per_microbatch(c[0], c[1], microbatches) for c in accumulation]
+        owned = [accumulation_bytes_per_microbatch(c[2], c[3], microbatches) for c in accumulation]
+        if "grad_accumulation_bytes" in zero0:
+            whole.append(zero0["grad_accumulation_bytes"])
+            owned.append(0.0)
+        out |= dict(zip(ACCUMULATION_FIELDS, (reduce(np.minimum, whole), 0.0)))
+        out |= dict(zip(ACCUMULATION_FIELDS[2:], (reduce(np.minimum, owned), 0.0)))
     return out
 
 

@@ -59,6 +59,10 @@ class EngineRules:
     # resolved at the plan's ZeRO stage and dtype by step.constants.at_zero_stage, as a uniform plan resolves
     # them), or a cost.runtimes.GRAD_ACCUMULATION_BYTES key a training stack states (ENGINE_STACKS)
     grad_accumulation: str = "fused"
+    # the stack's optimizer sets param.grad to None after each step, so autograd takes the step's first
+    # micro-batch's gradient without an add (grad_accumulation_first_saving_bytes); read with a stated
+    # grad_accumulation only ("fused" keeps the stack's, resolved by step.constants.at_zero_stage)
+    grads_none_after_step: bool = False
     # device synchronisations per micro-batch on the stages that load a batch (first and last, pp > 1);
     # 0: the training stack's (efficiency.runtime.batch_syncs, as a uniform plan reads it)
     batch_syncs: float = 0.0
@@ -94,6 +98,15 @@ def grad_accumulation_bytes(rules: EngineRules) -> float:
     return runtimes.GRAD_ACCUMULATION_BYTES[rules.grad_accumulation]
 
 
+def grad_accumulation_first_saving_bytes(rules: EngineRules) -> float:
+    """HBM bytes per parameter the step's first micro-batch saves of the accumulation a training stack
+    states (grad_accumulation_bytes), s in cost.runtimes.accumulation_bytes_per_microbatch's g − s/m: the
+    whole pass where the stack's optimizer leaves ``param.grad`` None after each step
+    (EngineRules.grads_none_after_step: PyTorch's AccumulateGrad then takes the fresh gradient as
+    ``param.grad``, no read and no add), else 0 (every micro-batch adds). AMP's: 6 B (ENGINE_STACKS)."""
+    return grad_accumulation_bytes(rules) if rules.grads_none_after_step else 0.0
+
+
 def host_layer_times_s(rules: EngineRules) -> tuple[float, float]:
     """(forward, backward) host seconds one transformer layer adds per micro-batch: h_f and
     host_backward_factor · h_f (see ENGINE_STACKS["amp2022"] for the value and its calibration)."""
@@ -110,6 +123,8 @@ def host_layer_times_s(rules: EngineRules) -> tuple[float, float]:
 # timed trials (both clusters) with the T4 catalog efficiencies, never per trial; bounded by component
 # data: AMP's profiled single-layer forward at micro-batch 1 (src/known_cost/gpt2_{P3,G4}_1.npy: 3.9 ms
 # on V100, 4.9-5.8 ms on T4) exceeds our GPU time of that layer by 2.9 ms (V100) and ~1.9 ms (T4).
+# Refit 2026-11-30 with the sender's TP gather and the first micro-batch's saving priced
+# (python -m paraplan.validate.hetero_refit, the four constants of AMP's trials free): 0.998 ms.
 DEEPSPEED_HOST_LAYER_FORWARD_S = 1.0e-3
 
 # Bytes of GPU memory per byte of stored activations (Korthikanti et al. 2022 counting) on AMP's stack:
@@ -144,8 +159,8 @@ ENGINES = {
     #   in _exec_forward_pass (pipe/engine.py 660-667), and on the sender twice, in _exec_backward_pass,
     #   its own output partitioned after the forward (695-700; rebuilt at 752-759) and the received
     #   gradient (767-774): tp_gathers (1, 2), priced on both paths by step.p2p.pipe_tp_gathers_s (the
-    #   uniform one through step.p2p.links_of, pipe_tp_gathers). AMP's copy (gradients sent whole, the
-    #   receiver's gather) is ENGINE_STACKS["amp2022"]'s;
+    #   uniform one through step.p2p.links_of, pipe_tp_gathers). AMP's copy (gradients sent whole, one
+    #   gather each side) is ENGINE_STACKS["amp2022"]'s;
     # - ReduceTiedGrads and ReduceGrads run after the last backward (TrainSchedule): no overlap of
     #   the data-parallel reduction with the backward, a plan's switch checked by
     #   specs.rules_stack.engine_dp_overlap_rule (refused with pp > 1, and at zero 0 / the BF16_Optimizer's
@@ -153,7 +168,7 @@ ENGINES = {
     # - gradients accumulate across micro-batches by the optimizer DeepSpeed runs for the dtype, ZeRO
     #   stage and gradient dtype (the BF16_Optimizer where step.constants.runs_bf16_optimizer, 18 B:
     #   cost.runtimes.bf16_optimizer_accumulation_bytes; the others' model-dtype param.grad or fp32
-    #   grad_accum at ZeRO 0/1, step.constants.zero01_accumulation_bytes): the stack's, resolved by
+    #   grad_accum at ZeRO 0/1, step.constants.zero_accumulation_bytes): the stack's, resolved by
     #   step.constants.at_zero_stage as on a uniform plan (grad_accumulation "fused" below: one rule
     #   for both paths; docs/model.md, "The PipelineEngine's gradient accumulation on both paths");
     # - LoadMicroBatch before each forward on the first and last stage reads the batch's sizes back to the
@@ -188,11 +203,19 @@ ENGINE_STACKS = {
     #   tail_terms' fp32 all-reduce prices;
     # - its FP16 optimizer holds fp16 gradients (2 B) and builds fp32 master gradients (4 B) at the
     #   step, beside fp16 weights, fp32 master weights and Adam moments
-    #   (runtime/fp16/fused_optimizer.py): 2 + 2 + 4 + 4 + 8 = 20 B per parameter at the step
+    #   (runtime/fp16/unfused_optimizer.py, the one DeepSpeed builds for Megatron's apex FusedAdam: see
+    #   grads_none_after_step below; fused_optimizer.py holds the same): 2 + 2 + 4 + 4 + 8 = 20 B per
+    #   parameter at the step
     #   (gradient_bytes 6);
-    # - the forward activation is partitioned over the TP ranks (engine.py: is_pipe_partitioned =
-    #   is_model_parallel) and rebuilt on the receiver by an all-gather over the TP group
-    #   (PartitionedTensor.full()); gradients are sent whole (is_grad_partitioned = False in AMP's copy);
+    # - the forward activation is partitioned over the TP ranks (pipe/engine.py 109-110:
+    #   is_pipe_partitioned = is_model_parallel, is_grad_partitioned = False) and gradients are sent
+    #   whole; PartitionedTensor.full() (runtime/utils.py 445-473: a blocking dist.all_gather of the
+    #   whole tensor over grid.get_slice_parallel_group(), the TP group, pipe/topology.py 346-366)
+    #   rebuilds it twice per micro-batch: on the receiver, its input in _exec_forward_pass (510-517,
+    #   not on the first stage), and on the sender, its own partitioned output in _exec_recv_grads
+    #   (943-951: is_pipe_partitioned and not is_grad_partitioned, before the gradient is received;
+    #   the last stage receives none), which _exec_backward_pass then reuses without a gather
+    #   (607-612); the received gradient is whole, so no third: tp_gathers (1, 1);
     # - the GPT-2 pipe model passes (hidden, attention_mask) between stages, the [1, 1, s, s] mask
     #   cast to fp16 before each send (pipe/engine.py _exec_send_activations: outputs[-1].half()):
     #   attention_mask_bytes;
@@ -202,15 +225,24 @@ ENGINE_STACKS = {
     #   the backward TP collectives;
     # - its FP16 optimizer keeps fp16 param.grad, into which autograd's AccumulateGrad adds each
     #   micro-batch's gradient (6 B per parameter: cost.runtimes.fp16_param_grad_accumulation_bytes;
-    #   AMP's pools run profiles that state none, so the stack states it here);
+    #   AMP's pools run profiles that state none, so the stack states it here), the first micro-batch's
+    #   without an add: after each step PipelineEngine._exec_optimizer_step runs _take_model_step
+    #   (runtime/engine.py 1069-1087), which under fp16 calls optimizer.zero_grad() with its default
+    #   set_grads_to_None=True, ``p.grad = None`` on every fp16 parameter, in the FP16 optimizer DeepSpeed
+    #   builds for the Megatron client's apex FusedAdam (not DeepSpeed's FusedAdam, so
+    #   _configure_fp16_optimizer 693-733 takes FP16_UnfusedOptimizer: runtime/fp16/unfused_optimizer.py
+    #   103-116; megatron/training.py 25 and 300-302 in DeepSpeedExamples/Megatron-LM-v1.1.5-3D_parallelism)
+    #   and in FP16_Optimizer alike (fused_optimizer.py 119-131, whose step() drops them too, 243):
+    #   grads_none_after_step;
     # - host time per layer: DEEPSPEED_HOST_LAYER_FORWARD_S (fitted on AMP's trials); activation
     #   memory: DEEPSPEED_ACTIVATION_MEMORY_FACTOR (calibrated on AMP's trials' outcomes); notes
     #   there.
     "amp2022": {
         "gradient_bytes": 6.0,
         "grad_accumulation": "fp16_param_grad",
+        "grads_none_after_step": True,
         "grad_split_over_tp": False,
-        "tp_gathers": (1, 0),
+        "tp_gathers": (1, 1),
         "async_tp_backward": False,
         "tied_grad_bytes": 2.0,
         "sends_attention_mask": True,

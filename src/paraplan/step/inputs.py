@@ -134,8 +134,11 @@ class StepInputs:
     # the compute stream; per shard element of each gather and reduce-scatter on their streams)
     grad_accumulation_bytes: Num = 0.0
     # of which the step's first micro-batch saves (cost.runtimes.accumulation_bytes_per_microbatch:
-    # DeepSpeed's optimizers at ZeRO 0/1, step.constants.zero01_accumulation_bytes); 0 elsewhere
+    # DeepSpeed's optimizers, step.constants.zero_accumulation_bytes); 0 elsewhere
     grad_accumulation_first_saving_bytes: Num = 0.0
+    # the same per parameter of the GPU's gradient partition (DeepSpeed's ZeRO 2); 0 elsewhere
+    grad_accumulation_owned_bytes: Num = 0.0
+    grad_accumulation_owned_first_saving_bytes: Num = 0.0
     zero3_compute_copy_bytes: Num = 0.0
     zero3_gather_copy_bytes: Num = 0.0
     zero3_reduce_copy_bytes: Num = 0.0

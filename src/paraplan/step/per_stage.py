@@ -71,7 +71,11 @@ from paraplan.step.compose import (
     tail_terms,
     work_total,
 )
-from paraplan.step.engines import EngineRules, grad_accumulation_bytes
+from paraplan.step.engines import (
+    EngineRules,
+    grad_accumulation_bytes,
+    grad_accumulation_first_saving_bytes,
+)
 from paraplan.step.p2p import exchanges
 from paraplan.step.layout import RangeBlocks, range_stage, stage_at
 from paraplan.step.result import Estimate, StageMemory, TimeBreakdown
@@ -176,9 +180,13 @@ def stage_arrays(
     # the gradient accumulation is the stack's resolved at the plan's ZeRO stage (at_zero_stage, as on a
     # uniform plan; DeepSpeed's BF16_Optimizer where step.constants.runs_bf16_optimizer), unless a training
     # stack the plan states sets its own (step.engines.ENGINE_STACKS: AMP's fp16 param.grad)
-    if rules.grad_accumulation != "fused":  # every micro-batch, as the stack states it
+    if (
+        rules.grad_accumulation != "fused"
+    ):  # as the stack states it, the first micro-batch's saving too
         terms["grad_accumulation_bytes"] = grad_accumulation_bytes(rules)
-        terms["grad_accumulation_first_saving_bytes"] = 0.0
+        terms["grad_accumulation_first_saving_bytes"] = grad_accumulation_first_saving_bytes(rules)
+        terms["grad_accumulation_owned_bytes"] = 0.0
+        terms["grad_accumulation_owned_first_saving_bytes"] = 0.0
     # an engine that synchronises on its batch loads (step.compose.runtime_work) sets them, priced as the stack's
     if rules.batch_syncs:
         terms["batch_sync_s"] = batch_sync_s(slowest, rules.batch_syncs)

@@ -1,6 +1,7 @@
 """The blocks of a per-stage plan's stage on one pool's GPUs: one BlockCost per distinct block of the model's
-block list (step.blocks.model_blocks), costed as the uniform path costs them (step.block_sums' sums,
-step.build.block_cost), with the pipeline engine's rules (step.engines.EngineRules) on top; and the names
+block list (step.blocks.model_blocks), costed by the uniform path's functions (step.build.kind_cost_facts and
+kind_memory_facts at the block's widths, step.build.block_cost), with the pipeline engine's rules
+(step.engines.EngineRules) on top; and the names
 a per-op recompute list may give (``recomputable_names``).
 step/layout.py lays them out on stages, step/per_stage.py prices the plan.
 """
@@ -12,25 +13,16 @@ from functools import lru_cache
 
 import numpy as np
 
-from paraplan.cost.async_tp import with_async_tp_exposure
 from paraplan.cost.comm import GroupSpan
-from paraplan.graph.ops import (
-    POLICY_MODULES,
-    RECOMPUTE_MODULE_OPS,
-    weight_stat_fields,
-    weight_tensor_stats,
-)
-from paraplan.graph.moe import moe_shaped
+from paraplan.graph.ops import POLICY_MODULES, RECOMPUTE_MODULE_OPS
 from paraplan.graph.transformer import LayerShape
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.rules import recompute_modules_rule
 from paraplan.specs.system import SystemSpec
-from paraplan.step.block_sums import block_comm, block_compute, dtensor_tp
 from paraplan.step.blocks import (
     BlockRef,
     attached_blocks,
     block_graph,
-    block_memory,
     head_params_with_embedding,
     head_tensors_shared_with_embedding,
     model_blocks,
@@ -89,53 +81,26 @@ def _block_facts(
     span: GroupSpan,
     cp_span: GroupSpan = NO_SPAN,
 ) -> BlockFacts:
-    """One distinct block's sums on one pool's GPUs (``_own_facts``; a block of a model graph/moe.py builds costed
-    as a uniform plan costs its kind, step.build.kind_cost_facts and kind_memory_facts: expert-free kinds without
-    the expert knobs, the others' dispatch and combine on cost.moe's expert spans of ``shape.expert`` and their
-    a2a overlap, the local experts' parameters, activations and dispatch buffers), parameters (``head_params`` in
+    """One distinct block's sums on one pool's GPUs, costed as a uniform plan costs its kind, by the same two
+    functions: step.build.kind_cost_facts (its op times, and its TP collectives on the stage's slowest TP group,
+    ``span``, step.stage_links.tp_span; its CP collectives on its slowest CP group, ``cp_span``,
+    step.stage_links.cp_span; an expert kind's dispatch and combine on cost.moe's expert spans of
+    ``shape.expert``; backward TP collectives hidden only where the engine runs them asynchronously,
+    ``async_tp``: step.engines.EngineRules.async_tp_backward) and step.build.kind_memory_facts, both at the
+    block's own widths (``ref.width``: a layer_widths group's, else the model's); parameters (``head_params`` in
     place of the graph's when given: the output block sharing the stage with the input block, whose weight
     tensors then leave out the tied table: step.blocks.head_tensors_shared_with_embedding) and memory (kept and
     held bytes times the engine's activation_memory_factor)."""
-    if moe_shaped(model):
-        cost = kind_cost_facts(model, system, shape, span, cp_span, ref.kind, async_tp)
-        facts = BlockFacts.of(cost, kind_memory_facts(model, shape, ref.kind, recompute))
-    else:
-        facts = _own_facts(model, system, ref, shape, recompute, async_tp, span, cp_span)
+    w = ref.width
+    cost = kind_cost_facts(model, system, shape, span, cp_span, ref.kind, async_tp, w)
+    facts = BlockFacts.of(cost, kind_memory_facts(model, shape, ref.kind, recompute, w))
     if head_params is not None:  # the output block beside the input block: the tied table once
-        shared = head_tensors_shared_with_embedding(ref.width)
+        shared = head_tensors_shared_with_embedding(w)
         facts = replace(facts, params=head_params, weight_tensors=facts.weight_tensors - shared)
     return replace(
         facts,
         activation_bytes=facts.activation_bytes * memory_factor,
         held_bytes=facts.held_bytes * memory_factor,
-    )
-
-
-def _own_facts(
-    model: ModelSpec,
-    system: SystemSpec,
-    ref: BlockRef,
-    shape: LayerShape,
-    recompute: str,
-    async_tp: bool,
-    span: GroupSpan,
-    cp_span: GroupSpan,
-) -> BlockFacts:
-    """``_block_facts`` of a block of its own widths (a dense model's, or a layer_widths group's): step.block_sums'
-    sums of its graph (TP collectives on the stage's slowest TP group, ``span``, step.stage_links.tp_span; CP
-    collectives on its slowest CP group, ``cp_span``, step.stage_links.cp_span, as step.build._used_span_cost_facts
-    prices a uniform plan's; backward ones hidden only where the engine runs them asynchronously, ``async_tp``:
-    step.engines.EngineRules.async_tp_backward) and step.blocks.block_memory."""
-    graph = block_graph(model, ref, shape)
-    w = ref.width
-    tensors, largest, small = weight_tensor_stats(graph, *weight_stat_fields(w))
-    kept, held, buffer = block_memory(model, ref, shape, recompute)
-    comm = block_comm(graph, system, span, cp_span, async_tp=async_tp)
-    if dtensor_tp(system):  # PyTorch AsyncTP's collective matmuls (cost.async_tp)
-        comm = with_async_tp_exposure(comm, graph, system, shape.dtype, span)
-    compute = block_compute(graph, system, shape.dtype, (w.has_bias, w.has_qkv_bias))
-    return BlockFacts(
-        compute, comm, graph.weight_params, kept, held, buffer, largest, tensors, small
     )
 
 

@@ -22,7 +22,9 @@ from paraplan.step import zero3_legacy as legacy
 from paraplan.step.bf16_optimizer_sync import (
     bf16_optimizer_kinds,
     bf16_optimizer_traffic,
+    deepspeed_fallback_copies,
     optimizer_shard_ways,
+    optimizer_traffic_bytes,
 )
 from paraplan.step.inputs import (
     TRANSFORMER_KINDS,
@@ -125,7 +127,7 @@ def tail_terms(
     branch_of = zero_branch(inp.knobs.zero)
     branches = zero_branches(inp.knobs.zero, branch_of)
     traffic = _dp_traffic(inp, stage, branches, (calls, per_call))
-    time, price = traffic.time, traffic.price
+    time, price = deepspeed_fallback_copies(inp, stage, traffic.time, traffic.price)
     grad_window = backward_window * inp.knobs.overlap_dp_grad_reduce
     gather_window = forward_window * inp.knobs.overlap_param_gather
     gather_window, after_step = bf16_optimizer_traffic(inp, time, price, gather_window)
@@ -165,7 +167,7 @@ def tail_terms(
         else sum(stage_params(stage, name, TRANSFORMER_KINDS) for name in inp.gradient_groups)
     )
     device = (
-        owned * inp.optimizer_step_bytes + quantised * inp.fp8_weight_quant_bytes
+        optimizer_traffic_bytes(inp, stage, owned) + quantised * inp.fp8_weight_quant_bytes
     ) / inp.hbm_rate
     idle = launch_blocking_idle_s(host, inp.launch_blocking)  # synchronous launches: D + H
     optimizer = where(inp.knobs.offload_optimizer, 0.0, host_bound_s(device, host, idle))

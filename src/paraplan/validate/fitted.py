@@ -35,6 +35,8 @@ moe.host_sync_s held): moe.grouped_gemm_fp8 -> 0.0016, written 0 (its bound: fp8
 moe.a2a_overlap_cost 0.240 -> 0.301; moe-visible 2.69 -> 5.10 % (a regression, stated in docs/model.md §8). Free,
 moe.host_sync_s goes to 3.31 ms and moe-visible to 4.05 %, but the calibrated H100 then predicts moe-visible worse
 than the catalog (2.60 against 1.57 %, tests/unit/test_calibrate_vs_catalog.py), so it is held.
+The constants fitted on AMP's per-stage trials are refitted by
+``python -m paraplan.validate.hetero_refit``.
 """
 
 from __future__ import annotations
@@ -207,7 +209,8 @@ FITTED_CONSTANTS: tuple[FittedConstant, ...] = (
         "(docs/model.md §8, 'Hidden all-to-all price from components')",
     ),
     # AMP's software stack and the T4, jointly over AMP's 90 timed trials (docs/heterogeneous.md "Calibration"); the
-    # per-stage estimator reads them (paraplan validate --hetero; --hetero --cv: validate.cv)
+    # per-stage estimator reads them (paraplan validate --hetero; --hetero --cv: validate.cv);
+    # refitted by python -m paraplan.validate.hetero_refit (the two groups' MAPEs together)
     FittedConstant(
         "t4.gemm",
         ("aws-g4dn.12xlarge",),
@@ -230,7 +233,11 @@ FITTED_CONSTANTS: tuple[FittedConstant, ...] = (
         ("host_layer_forward_s",),
         (0.0, 3e-3),
         _AMP_SETS,
-        "host seconds per transformer layer and micro-batch, forward (backward 2x), of AMP's stack",
+        "host seconds per transformer layer and micro-batch, forward (backward 2x), of AMP's stack; refit "
+        "2026-11-30 (validate.hetero_refit, all four free) after the sender's TP gather and the first "
+        "micro-batch's saving were priced (step.engines.ENGINE_STACKS['amp2022']): 0.998 ms, 1.0 kept "
+        "(within the search's 15 us); the T4 and p3 values that refit moves trade amp-mixed for amp-t4, "
+        "not written (docs/model.md)",
     ),
     FittedConstant(
         "p3.network_efficiency",

@@ -180,17 +180,24 @@ class _OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"error: {message}\n")
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = _OneLineParser(
-        prog="python -m paraplan.validate.joint_refit",
-        description="Refit the uniform step-time constants jointly (module docstring).",
-    )
+def refit_parser(prog: str, description: str) -> argparse.ArgumentParser:
+    """A refit command's parser (one-line errors) with its ``--hold NAME`` option (repeatable): this
+    module's and validate.hetero_refit's."""
+    parser = _OneLineParser(prog=prog, description=description)
     parser.add_argument(
         "--hold",
         action="append",
         default=[],
         metavar="NAME",
         help="keep this constant at its catalog value (repeatable)",
+    )
+    return parser
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = refit_parser(
+        "python -m paraplan.validate.joint_refit",
+        "Refit the uniform step-time constants jointly (module docstring).",
     )
     parser.add_argument(
         "--elasticity",

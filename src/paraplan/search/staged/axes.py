@@ -50,7 +50,17 @@ def own_schedules(problem: HeteroProblem) -> tuple[str, ...]:
 def variants(problem: HeteroProblem) -> list[HeteroProblem]:
     """The problem under each own schedule (``own_schedules``) and offload option (search.grid_axes.
     offload_switches on every pool's system), in that order; the problem itself where a variant sets its own
-    values (by default the one variant, so that the space and its pricing are those searched before)."""
+    values (by default the one variant, so that the space and its pricing are those searched before).
+    Memoised on ``problem`` (the candidates of one variant share its Common, so the stage costs' caches,
+    step.per_stage.stage_arrays, hit across them; search.staged.experts.switched's rule)."""
+    memo = problem.__dict__.get("_variants")
+    if memo is None:
+        memo = problem.__dict__["_variants"] = _variants(problem)
+    return memo
+
+
+def _variants(problem: HeteroProblem) -> list[HeteroProblem]:
+    """``variants``, worked out."""
     systems = [pool.system for pool in problem.cluster.pools]
     offloads = offload_switches(problem.vary_offload, problem.framework, systems)
     out = []

@@ -40,6 +40,14 @@ from paraplan.search.staged.axes import (
     variant_note,
     variants,
 )
+from paraplan.search.staged.experts import (
+    expert_label,
+    expert_options,
+    expert_space_factor,
+    expert_stage_ok,
+    plan_expert_fields,
+    stage_expert_fields,
+)
 from paraplan.search.staged.pool_orders import pool_order_count, pool_orders
 from paraplan.search.staged.problem import (  # noqa: F401  (the problem's names, read from here too)
     HeteroProblem,
@@ -143,6 +151,7 @@ def _plan_from(
         stage = {"devices": devices, "blocks": [a, b], "tp": st.dims.tp, "recompute": st.recompute}
         if st.dims.cp > 1:
             stage["cp"] = st.dims.cp
+        stage |= stage_expert_fields(problem, st)
         if st.recompute_ops:
             stage["recompute_ops"] = list(st.recompute_ops)
         stages.append(stage)
@@ -163,6 +172,7 @@ def _plan_from(
             "sequence_parallel": problem.sequence_parallel,
             **searched_offloads(problem),
             **problem.runtime.model_dump(),
+            **plan_expert_fields(problem),
             "stages": stages,
         }
     )
@@ -234,7 +244,8 @@ def _stage_ok(
     microbatches: int,
 ) -> bool:
     """True when stage ``index`` of these degrees on these (pool, first, count) slices keeps every rule
-    of a per-stage plan's stage (specs.rules.stage_rules): what the searched plan's check will ask."""
+    of a per-stage plan's stage (specs.rules.stage_rules; an MoE model's, search.staged.experts.
+    expert_stage_ok): what the searched plan's check will ask."""
     broken = stage_rules(
         problem.model,
         index,
@@ -246,7 +257,7 @@ def _stage_ok(
         problem.common.sequence_parallel,
         problem.runtime.cp_algorithm,
     )
-    return not broken
+    return not broken and expert_stage_ok(problem, index, dims, slices)
 
 
 def cluster_space_size(problem: HeteroProblem, degrees: list[UniformDegrees] | None = None) -> int:
@@ -254,11 +265,13 @@ def cluster_space_size(problem: HeteroProblem, degrees: list[UniformDegrees] | N
     orders: (distinct pool orders, search.staged.pool_orders.pool_order_count) × Σ over the uniform
     degrees and micro-batch sizes (``_degrees``: a loop over tp, cp, pp and micro-batch sizes, independent
     of the orders; ``degrees``: the list where the caller has it) of their recomputation modes
-    (``searched_modes`` at their cp) × (the variants' schedules and offloads, search.staged.axes.variants)."""
+    (``searched_modes`` at their cp) times their expert options before the rules
+    (search.staged.experts.expert_space_factor) × (the variants' schedules and offloads,
+    search.staged.axes.variants)."""
     if degrees is None:
         degrees = list(_degrees(problem))
     modes = {cp: len(searched_modes(problem, cp)) for cp in problem.cps}
-    listed = sum(modes[d.dims.cp] for d in degrees)
+    listed = sum(modes[d.dims.cp] * expert_space_factor(problem, [d.dims.tp]) for d in degrees)
     return pool_order_count(problem.cluster) * listed * len(variants(problem))
 
 
@@ -281,16 +294,16 @@ def _candidates(
     deadline: float,
     progress: list[int],
 ):
-    """(settings, microbatches, order) of every candidate, one pool order at a time (``orders``, a
-    list or a generator) and ``degrees`` (``_degrees``), ``progress`` counting the orders begun and the
-    candidates listed; none past ``deadline``."""
+    """(settings, microbatches, order, problem) of every candidate, one pool order at a time (``orders``, a
+    list or a generator), ``degrees`` (``_degrees``), expert option (search.staged.experts.expert_options) and
+    variant of it (search.staged.axes.variants: schedule and offloads; the problem that prices it),
+    ``progress`` counting the orders begun and the candidates listed; none past ``deadline``."""
     if not math.isinf(deadline):
         degrees = sharded_first(degrees)
     # (recompute, recompute_ops) of each mode at each cp
     stated = {
         cp: [stage_fields(mode) for mode in searched_modes(problem, cp)] for cp in problem.cps
     }
-    runs = variants(problem)
     for order in orders:
         if time.perf_counter() > deadline:
             return
@@ -299,14 +312,17 @@ def _candidates(
         for dims, mb, m in degrees:
             pp, per = dims.pp, dims.stage_gpus
             slices = [_slices(gpu_list[k * per : (k + 1) * per]) for k in range(pp)]
-            if not all(_stage_ok(problem, k, dims, slices[k], m) for k in range(pp)):
-                continue  # a stage straddles two pools with part of a TP group in each
-            for rc, ops in stated[dims.cp]:
-                settings = [StageSetting(slices[k], dims, mb, rc, ops, k, m) for k in range(pp)]
-                for run in runs:
-                    if (run is problem or takes_depth(run, pp, m)) and launchable(run, settings):
-                        progress[1] += 1
-                        yield settings, m, order, run
+            for stages, priced in expert_options(problem, [dims] * pp):
+                if not all(_stage_ok(priced, k, stages[k], slices[k], m) for k in range(pp)):
+                    continue  # a stage straddles two pools with part of a TP group in each
+                for rc, ops in stated[dims.cp]:
+                    settings = [
+                        StageSetting(slices[k], stages[k], mb, rc, ops, k, m) for k in range(pp)
+                    ]
+                    for run in variants(priced):  # the problem's schedules and offloads
+                        if (run is priced or takes_depth(run, pp, m)) and launchable(run, settings):
+                            progress[1] += 1
+                            yield settings, m, order, run
 
 
 def search_cluster(
@@ -332,8 +348,12 @@ def search_cluster(
     found, solved, bounded, over = best_splits(problem, stream, top_k, deadline)
     space = cluster_space_size(problem, degrees)
     plans = [
-        Candidate(t, _plan_from(run, s, b, m), _label(s, b, o) + variant_note(problem, run))
-        for t, s, b, m, o, run in found[:top_k]
+        Candidate(
+            t,
+            _plan_from(p, s, b, m),
+            _label(s, b, o) + expert_label(p, s) + variant_note(problem, p),
+        )
+        for t, s, b, m, o, p in found[:top_k]
     ]
     stopped = (
         f"time budget {time_budget_s:.3g} s reached: {progress[0]} of {total_orders} pool orders "

@@ -42,6 +42,12 @@ from paraplan.search.staged.axes import (
     variant_of,
     variants,
 )
+from paraplan.search.staged.experts import (
+    expert_label,
+    expert_options,
+    expert_space_factor,
+    plan_problem,
+)
 from paraplan.search.staged.hetero import (
     Candidate,
     HeteroProblem,
@@ -142,9 +148,13 @@ def non_uniform_space_size(
     factor 1/(1 − x^(c·2^j)) is a strided prefix sum, so one more stage costs O(N·log₂N) additions (exact
     integers) instead of the C(N−1, p−1) compositions a loop over them visits. With a launcher that runs
     equal stages only (_stage_choices): size = V · M · Σ_c Σ_{p ≤ max_stages, p | N} w(N/p). Either sum
-    counts only the depths p the pipeline runtime takes the ZeRO stage at (problem.depth_allowed)."""
+    counts only the depths p the pipeline runtime takes the ZeRO stage at (problem.depth_allowed). An MoE
+    model's combinations each take E expert options before the rules (search.staged.experts.
+    expert_space_factor), so the size is multiplied by E (1 for a dense model)."""
     per_cp = sum(_cp_space_size(problem, max_stages, cp) for cp in problem.cps)
-    return per_cp * len(microbatch_counts) * len(variants(problem))
+    # expert options per combination before the rules (1 for a dense model), etp over 1 and every stage tp
+    experts = expert_space_factor(problem, _powers_of_two(problem.cluster.pools[0].gpus_per_node))
+    return per_cp * len(microbatch_counts) * len(variants(problem)) * experts
 
 
 def _cp_space_size(problem: HeteroProblem, max_stages: int, cp: int) -> int:
@@ -223,8 +233,12 @@ def _exact(
     found, solved, bounded, cut = best_splits(problem, candidates, top_k, deadline)
     names = (problem.cluster.pools[0].name,)
     plans = [
-        Candidate(t, _plan_from(run, s, b, m), _label(s, b, names) + variant_note(problem, run))
-        for t, s, b, m, _, run in found[:top_k]
+        Candidate(
+            t,
+            _plan_from(p, s, b, m),
+            _label(s, b, names) + expert_label(p, s) + variant_note(problem, p),
+        )
+        for t, s, b, m, _, p in found[:top_k]
     ]
     # a uniform seed's run-wide settings are outside this space
     plans = _ranked(plans + seeds)[:top_k]
@@ -242,11 +256,10 @@ def _exact(
 
 def _exact_candidates(problem: HeteroProblem, max_stages: int, counts: list[int]) -> list:
     """(settings, microbatches, None, variant) of every per-stage combination the exact search lists: each
-    cp of ``problem.cps`` (one on every stage), depth, stage choice (``_stage_choices``) and micro-batch count,
-    under each variant (search.staged.axes.variants: schedule and offloads) that runs the depth at that count
+    cp of ``problem.cps`` (one on every stage), depth, stage choice (``_stage_choices``), expert option
+    (search.staged.experts.expert_options) and micro-batch count, under each variant (search.staged.axes.variants: schedule and offloads) that runs the depth at that count
     (search.staged.axes.takes_depth) and whose launcher runs the stages (``_stage_settings_from``)."""
     out = []
-    runs = variants(problem)
     for cp in problem.cps:
         modes = searched_modes(problem, cp)
         for pp in filter(lambda pp: depth_allowed(problem, pp), range(1, max_stages + 1)):
@@ -255,13 +268,24 @@ def _exact_candidates(problem: HeteroProblem, max_stages: int, counts: list[int]
                     StageConfig.of(0, g, t, *stage_fields(rc), cp=cp)
                     for g, (t, rc) in zip(comp, choice)
                 ]
-                for m in counts:
-                    for run in runs:
-                        if run is not problem and not takes_depth(run, pp, m):
-                            continue
-                        settings = _stage_settings_from(run, configs, m)
-                        if settings is not None:
-                            out.append((settings, m, None, run))
+                for stages, priced in expert_options(problem, [c.dims for c in configs]):
+                    expert = [replace(c, dims=d) for c, d in zip(configs, stages)]
+                    out += _variant_candidates(priced, expert, pp, counts)
+    return out
+
+
+def _variant_candidates(priced: HeteroProblem, configs, pp: int, counts: list[int]) -> list:
+    """(settings, microbatches, None, variant) of these stage configs at each micro-batch count under each
+    variant of ``priced`` (search.staged.axes.variants) that runs the depth at that count and whose launcher
+    runs the stages (``_stage_settings_from``)."""
+    out = []
+    for m in counts:
+        for run in variants(priced):
+            if run is not priced and not takes_depth(run, pp, m):
+                continue
+            settings = _stage_settings_from(run, configs, m)
+            if settings is not None:
+                out.append((settings, m, None, run))
     return out
 
 
@@ -328,7 +352,8 @@ def _candidate(problem: HeteroProblem, configs, m: int, note: str = "") -> Candi
         return None
     plan, est, settings, bounds = priced
     names = (problem.cluster.pools[0].name,)
-    return Candidate(est.step_time_s, plan, _label(settings, bounds, names) + note)
+    label = _label(settings, bounds, names) + expert_label(problem, settings)
+    return Candidate(est.step_time_s, plan, label + note)
 
 
 def _seed_starts(problem: HeteroProblem, deadline: float) -> list[_Start]:
@@ -359,7 +384,10 @@ def _starts(problem: HeteroProblem, top_k: int, deadline: float, seeded: bool = 
     if not starts or share_s > 0:
         name = "the AMP-style start search's space (equal stages, layer split by DP)"
         start = search_cluster(problem, top_k=top_k, time_budget_s=share_s, space_name=name)
-        starts += [_Start(c, variant_of(problem, c.plan)) for c in start.plans]
+        # the problem that prices moves from each: its expert switch and its variant
+        starts += [
+            _Start(c, variant_of(plan_problem(problem, c.plan), c.plan)) for c in start.plans
+        ]
     return sorted(starts, key=lambda s: s.candidate.step_time_s), start
 
 
@@ -390,7 +418,9 @@ def _alleviation(
         left_s = max(0.0, deadline - time.perf_counter())
         result = _alleviate(s.problem, _configs_of(s.candidate.plan, n_blocks), m, left_s)
         evaluated += result.evaluations
-        note = _runwide_note(s.problem) if s.problem is not problem else ""
+        # a seed's run-wide settings (not those of an AMP-style start, priced under its expert switch)
+        seeded = s.problem is not plan_problem(problem, s.candidate.plan)
+        note = _runwide_note(s.problem) if seeded else ""
         c = _candidate(s.problem, result.best, m, note)
         if best is None or c.step_time_s < best.step_time_s:
             best, trajectory = c, result.trajectory

@@ -15,7 +15,7 @@ from paraplan.specs.framework import FrameworkSpec
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.parallel import ParallelDims
 from paraplan.specs.plan import RUNTIME_FIELDS, RuntimeFields, runtime_of
-from paraplan.specs.rules import per_stage_model_rule
+from paraplan.specs.rules_moe import dispatcher_rule, expert_load_cv_rule
 from paraplan.specs.rules_precision import accelerators_rules, cluster_default_precision
 from paraplan.specs.rules_schedule import per_stage_schedules_rule
 from paraplan.specs.rules_stack import (
@@ -76,17 +76,28 @@ class HeteroProblem:
     offload_weights: bool = False
     offload_activations: bool = False
     offload_optimizer: bool = False
+    # a mixture-of-experts model's axes (search.staged.experts: None, every value the rules allow, as the
+    # uniform search's --ep, --etp, --dispatcher) and run-wide knobs (a uniform plan's, specs.moe_plan.
+    # MoEPlanFields): capacity, balance and spread fixed for the search; the dispatcher and the a2a overlap
+    # those of the candidates this problem prices (search.staged.experts.switched)
+    ep: tuple[int, ...] | None = None
+    etp: tuple[int, ...] | None = None
+    dispatchers: tuple[str, ...] | None = None
+    capacity_factor: float | None = None
+    moe_balance: str = "learned"
+    expert_load_cv: float | None = None
+    moe_dispatcher: str = "alltoall"
+    moe_a2a_overlap: bool = False
 
     def __post_init__(self) -> None:
-        """Refuse, by name, a model the per-stage searches do not search (specs.rules.per_stage_model_rule: their
-        stage settings state no expert grid, so MoE / MLA models, which a plan file prices, issue 31); a dtype or attention
+        """Refuse a dtype or attention
         kernel a pool's accelerator lacks (specs.rules_precision.accelerator_rules, the check of every per-stage
-        plan: specs.stage_plan.stage_accelerator_violations); the run-wide settings
-        the framework's launcher cannot state, a ``recompute`` restriction among them
-        (search.launch.run_wide_violations, as the uniform search); and a cluster of more than one GPU under
-        a stack whose loop runs on one device (specs.rules_stack.stack_gpus_rule)."""
-        if rule := per_stage_model_rule(self.model):
-            raise InputError(f"model: {self.model.name!r} is not allowed; {rule}")
+        plan: specs.stage_plan.stage_accelerator_violations); the run-wide settings and expert axes the framework's
+        launcher cannot state, a ``recompute`` restriction among them (search.launch.problem_violations, as the
+        uniform search); a router spread the model's router cannot have (expert_problem_violations); and a
+        cluster of more than one GPU under a stack whose loop runs on one device (specs.rules_stack.stack_gpus_rule).
+        A mixture-of-experts model runs sequence parallelism where the launcher allows it (``_expert_defaults``)."""
+        _expert_defaults(self)
         accelerators = [p.system.accelerator for p in self.cluster.pools]
         precision, _ = cluster_default_precision(accelerators)
         for name in ("dtype", "attention"):
@@ -97,7 +108,10 @@ class HeteroProblem:
             object.__setattr__(self, "overlap_dp_grad_reduce", deepest is None)
         if refused := accelerators_rules(accelerators, self.dtype, self.attention):
             raise InputError.from_violations([Violation(*r) for r in refused])
-        if unlaunchable := launch.run_wide_violations(self.framework, self):
+        unlaunchable = launch.problem_violations(self.framework, self) + expert_problem_violations(
+            self
+        )
+        if unlaunchable:
             raise InputError.from_violations([Violation(*v) for v in unlaunchable])
         if not self.cps or min(self.cps) < 1:  # a context-parallel degree is a positive count
             listed = ",".join(map(str, self.cps))
@@ -125,6 +139,27 @@ def searched_modes(problem: HeteroProblem, cp: int = 1) -> tuple[str, ...]:
     degree ``cp``: the uniform search's rule (search.launch.searched_modes), each stated per stage by
     specs.recompute.stage_fields."""
     return launch.searched_modes(problem.framework, problem.model, cp, problem.recompute)
+
+
+def _expert_defaults(problem: HeteroProblem) -> None:
+    """An MoE model's search runs sequence parallelism where the framework's launcher allows it
+    (search.launch.sequence_parallel_allowed): Megatron-Core refuses MoE layers with tp > 1 without it
+    (specs.rules_moe.moe_sequence_parallel_rule), and a stage at tp 1 prices alike either way (it splits no
+    sequence), so the search loses no plan; without it every MoE candidate would keep tp 1."""
+    if problem.model.is_moe and launch.sequence_parallel_allowed(problem.framework, 2, True):
+        object.__setattr__(problem, "sequence_parallel", True)
+
+
+def expert_problem_violations(problem: HeteroProblem) -> list[tuple[str, object, str]]:
+    """(field, value, why) of the problem's fixed MoE knobs the rules refuse: the router's spread
+    (specs.rules_moe.expert_load_cv_rule, the uniform search's check) and the dispatcher against the capacity
+    (dispatcher_rule: a stated one; searched ones are filtered, search.expert_axes.expert_switches)."""
+    out = []
+    if rule := expert_load_cv_rule(problem.model, problem.expert_load_cv):
+        out.append(("expert_load_cv", problem.expert_load_cv, rule))
+    if rule := dispatcher_rule(problem.moe_dispatcher, problem.capacity_factor):
+        out.append(("moe_dispatcher", problem.moe_dispatcher, rule))
+    return out
 
 
 def profile_fields(profile: FrameworkSpec, cluster_spec: ClusterSpec) -> tuple[ClusterSpec, dict]:

@@ -219,16 +219,15 @@ class _Bounded(NamedTuple):
     microbatches: int
     extra: object
     arrays: list
-    problem: HeteroProblem  # the candidate's variant (search.staged.axes.variants)
+    problem: HeteroProblem  # the one whose run-wide settings price the candidate
 
 
 def best_splits(
     problem: HeteroProblem, candidates: Iterable, top_k: int, deadline: float = math.inf
 ) -> tuple[list, int, int]:
     """Branch and bound over candidate stage lists (``candidates``: (settings, microbatches, extra) or
-    (settings, microbatches, extra, variant), the variant the problem whose run-wide settings price the
-    candidate, search.staged.axes.variants; a list or a generator): solve the split DP (``split_stages``)
-    in increasing (bound, index) order of
+    (settings, microbatches, extra, its problem), a list or a generator; the problem, ``problem`` where not
+    given, is the one whose run-wide settings price the candidate: search.staged.experts.switched): solve the split DP (``split_stages``) in increasing (bound, index) order of
     ``lower_bound`` (at most the composed step of every split of the candidate) and stop once the bound
     reaches the k-th best composed step found (no unsolved candidate can enter the top k).
 
@@ -241,13 +240,12 @@ def best_splits(
     runs to its end; past the deadline nothing more is bounded or solved, found or not, nor is a bound or solve
     started that, taking as long as the longest of its kind so far, would end past it.
 
-    Returns (found, solved, bounded, cut): the k best as (step, settings, bounds, microbatches, extra,
-    variant),
+    Returns (found, solved, bounded, cut): the k best as (step, settings, bounds, microbatches, extra, problem),
     how many candidates were solved and bounded, and whether the deadline cut the search."""
     pending = enumerate(candidates)
     bounded: list[_Bounded] = []
     solved: set[int] = set()
-    found: list = []  # (step, bound, index, settings, bounds, microbatches, extra, variant)
+    found: list = []  # (step, bound, index, settings, bounds, microbatches, extra, problem)
     exhausted = False
     slowest_bound, slowest_solve = (
         [0.0],
@@ -285,14 +283,14 @@ def _bound_round(
         item = next(pending, None)
         if item is None:
             return True
-        index, (settings, microbatches, extra, *variant) = item
+        index, (settings, microbatches, extra, *own) = item
         if len(settings) > n:
             continue
         first = False
-        own = variant[0] if variant else problem
-        bound, arrays = lower_bound(own, settings)
+        priced = own[0] if own else problem
+        bound, arrays = lower_bound(priced, settings)
         slowest[0] = max(slowest[0], time.perf_counter() - now)
-        bounded.append(_Bounded(bound, index, settings, microbatches, extra, arrays, own))
+        bounded.append(_Bounded(bound, index, settings, microbatches, extra, arrays, priced))
 
 
 def _solve_round(
@@ -320,17 +318,7 @@ def _solve_round(
         best = split_stages(b.problem, b.settings, b.microbatches, b.arrays, cutoff)
         slowest[0] = max(slowest[0], time.perf_counter() - now)
         if best is not None:
-            found.append(
-                (
-                    best.step_s,
-                    b.bound,
-                    b.index,
-                    b.settings,
-                    best.bounds,
-                    b.microbatches,
-                    b.extra,
-                    b.problem,
-                )
-            )
+            at = (b.bound, b.index, b.settings, best.bounds, b.microbatches, b.extra, b.problem)
+            found.append((best.step_s, *at))
             found.sort(key=lambda f: f[:3])
     return True

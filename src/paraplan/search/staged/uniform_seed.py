@@ -10,8 +10,9 @@ default SEARCHED_SCHEDULES: 1f1b, interleaved, gpipe, zb-h1 where asked; DualPip
 matrices hold each stage's memory unpaired, step.per_stage.stage_terms; its offload switches where it varies
 them, default none), the default placement and layer split, 1-D tp inside a node (the per-stage searches keep
 tp within NVLink, as AMP and Aceso do), and the problem's run-wide knobs, overlap defaults and framework
-(search.launch); ZeRO, sequence parallelism, interleaving (vpp), recompute, the overlap switches and the
-micro-batch vary as in the uniform search. A plan it still cannot restate (specs.uniform_stages.
+(search.launch), and its MoE axes and knobs (MOE_SEARCH_FIELDS); ZeRO, sequence parallelism, interleaving
+(vpp), recompute, the overlap switches, the micro-batch and an MoE model's ep, etp, dispatcher and a2a overlap
+vary as in the uniform search. A plan it still cannot restate (specs.uniform_stages.
 unsupported_field_violations) is left out. Only for the Megatron-LM pipeline runtime (``engine``
 megatron): the uniform path prices no other.
 """
@@ -24,6 +25,7 @@ from dataclasses import dataclass, replace
 from paraplan.search.run import search
 from paraplan.search.space import SearchProblem
 from paraplan.search.staged.axes import OFFLOAD_SWITCH_FIELDS
+from paraplan.search.staged.experts import EXPERT_AXES
 from paraplan.search.staged.hetero import _powers_of_two
 from paraplan.search.staged.problem import HeteroProblem
 from paraplan.specs.errors import InputError
@@ -37,6 +39,9 @@ SEARCHED_SCHEDULES = ("1f1b", "interleaved", "gpipe")
 SEED_PLANS = 3
 
 
+# the MoE axes and fixed knobs the uniform search takes as the per-stage problem states them (the same names)
+MOE_SEARCH_FIELDS = (*EXPERT_AXES, "capacity_factor", "moe_balance", "expert_load_cv")
+
 # the run-wide settings a seed gives the per-stage problem that prices moves from it (HeteroProblem fields,
 # read off the seed's per-stage plan, StagePlanSpec)
 SEEDED_FIELDS = (
@@ -48,6 +53,8 @@ SEEDED_FIELDS = (
     "overlap_param_gather",
     "overlap_tp_comm",
     *OFFLOAD_SWITCH_FIELDS,
+    "moe_dispatcher",  # an MoE model's switch (search.staged.experts.switched); a dense seed's default
+    "moe_a2a_overlap",
 )
 
 
@@ -96,6 +103,7 @@ def uniform_problem(problem: HeteroProblem) -> SearchProblem:
             problem.overlap_param_gather,
         ),
         runtime=problem.runtime,
+        **{name: getattr(problem, name) for name in MOE_SEARCH_FIELDS},
     )
 
 
