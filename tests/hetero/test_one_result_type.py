@@ -16,7 +16,7 @@ from paraplan.cli import main
 from paraplan.cost.flops import model_flops_per_step
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.plan_label import plan_text
-from paraplan.specs.stage_plan import stage_plan_from_dict
+from paraplan.specs.stage_plan import settled_stage_plan, stage_plan_from_dict
 from paraplan.step.per_stage import estimate_stage_plan
 from paraplan.step.result import Estimate
 from paraplan.step.stage_totals import stage_plan_fields
@@ -69,11 +69,14 @@ def test_stage_plan_label_by_hand():
 
 
 def test_the_plan_record_states_each_stage_dp():
-    """A stage's dp left to be inferred (0) is recorded as the one it runs: 4 GPUs / tp 1 = 4."""
+    """A stage's dp left to be inferred (0) is recorded as the one it runs: 4 GPUs / tp 1 = 4; the DP
+    overlap left unset as its pools' stacks run it (specs.stage_plan.settled_stage_plan: true, no DeepSpeed)."""
     plan = stage_plan_from_dict(PLAN)
     assert [s.dp for s in plan.stages] == [0, 0]
     assert [s["dp"] for s in stage_plan_fields(plan)["stages"]] == [4, 4]
-    assert _estimate().plan == stage_plan_fields(plan)
+    settled = settled_stage_plan(plan, cluster_from_dict(MIXED))
+    assert plan.overlap_dp_grad_reduce is None and settled.overlap_dp_grad_reduce is True
+    assert _estimate().plan == stage_plan_fields(settled)
 
 
 def test_problems_make_a_plan_not_fit():

@@ -22,7 +22,7 @@ from paraplan.search.staged.hetero import (
 from paraplan.search.staged.non_uniform import search_non_uniform
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.plan import RuntimeFields
-from paraplan.specs.rules_stack import engine_reduce_fallback
+from paraplan.specs.stage_stack import pools_reduce_fallback
 from paraplan.specs.stage_plan import stage_block_ranges
 from paraplan.step.per_stage import (
     estimate_stage_plan,
@@ -61,9 +61,10 @@ def problems(draw, clusters=tuple(sorted(CLUSTERS))) -> HeteroProblem:
     dtypes = ("fp16", "bf16") if name == "a100" else ("fp16",)
     dtype, zero = draw(st.sampled_from(dtypes)), draw(st.sampled_from((0, 1)))
     # a switch DeepSpeedEngine runs at every depth: off where it reduces after the backward (zero 0, the
-    # BF16_Optimizer at zero 1 under the default fp32 gradients: specs.rules_stack.engine_reduce_fallback),
-    # whose stated overlap leaves no depth to search
-    fallback = engine_reduce_fallback(engine, zero, dtype, RuntimeFields().grad_dtype)
+    # BF16_Optimizer at zero 1 under the default fp32 gradients where a pool's stack runs DeepSpeed's
+    # optimizers: specs.stage_stack.pools_reduce_fallback), whose stated overlap leaves no depth to search
+    facts = (engine, zero, dtype, RuntimeFields().grad_dtype)
+    fallback = pools_reduce_fallback(CLUSTERS[name].pools, *facts)
     return HeteroProblem(
         TINY,
         CLUSTERS[name],

@@ -903,7 +903,8 @@ def test_dispatch_floors_are_the_least_ep_terms_of_the_options_rows(model_name):
         expert_computes,
     )
     from paraplan.search.table import layer_shape_of
-    from paraplan.step.build import block_cost_facts, plan_spans
+    from paraplan.step.build import block_cost_facts
+    from paraplan.step.plan_spans import plan_spans
     from paraplan.specs.plan import PlanSpec
 
     problem = SearchProblem(

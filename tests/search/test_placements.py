@@ -10,7 +10,7 @@ import pytest
 from paraplan.catalog import load_model, load_system
 from paraplan.search.space import PLACEMENT_ORDERS, SearchProblem
 from paraplan.specs.parallel import ParallelDims, placement_label
-from paraplan.step.build import plan_spans
+from paraplan.step.plan_spans import plan_spans
 
 SYSTEMS = ("dgx-h800", "gb200-nvl72", "aws-p3.8xlarge", "gh200-96gb-quad")
 

@@ -76,7 +76,7 @@ def test_search_exact_where_zero_0_runs_another_optimizer(monkeypatch):
 @pytest.mark.slow
 def test_search_exact_where_zero_1_runs_the_bf16_optimizer(monkeypatch):
     """``--grad-dtype fp32`` under the deepspeed profile: ZeRO 1 without optimizer offload runs the
-    BF16_Optimizer too (step.constants.runs_bf16_optimizer), so a bound group's ZeRO-1 candidates
+    BF16_Optimizer too (specs.rules_stack.runs_bf16_optimizer), so a bound group's ZeRO-1 candidates
     differ in the accumulation pass by their offload choice; the fast search still returns the
     exhaustive ranking, zero-1 plans on the GPU among it (as a plan or as the equivalent of a zero-0 one:
     the BF16_Optimizer shards its state at zero 0 as at zero 1, step.bf16_optimizer_sync.optimizer_shard_ways,

@@ -12,7 +12,8 @@ from paraplan.api import estimate
 from paraplan.catalog import load_framework, load_system
 from paraplan.cost.frameworks import framework_system
 from paraplan.specs.plan import RuntimeFields
-from paraplan.step.constants import at_zero_stage, runs_bf16_optimizer, system_terms, zero0_terms
+from paraplan.specs.rules_stack import runs_bf16_optimizer
+from paraplan.step.constants import at_zero_stage, system_terms, zero0_terms
 
 H100 = "dgx-h100-80gb"
 PLAN = {"gpus": 8, "micro_batch": 4, "global_batch": 64, "seq_length": 2048}

@@ -15,15 +15,22 @@ from __future__ import annotations
 import pytest
 
 from paraplan.catalog import load_framework, load_model, load_system
-from paraplan.cost.frameworks import apply_framework, framework_system
+from paraplan.catalog.clusters import cluster_from_dict
+from paraplan.cost.frameworks import apply_framework, framework_cluster, framework_system
 from paraplan.specs.errors import InputError
 from paraplan.specs.rules_stack import deepspeed_allreduce_fallback, engine_dp_overlap_rule
 from paraplan.specs.plan import PlanSpec, runtime_of
-from paraplan.specs.stage_plan import stage_plan_from_dict
+from paraplan.specs.stage_plan import settled_stage_plan, stage_plan_from_dict
 from paraplan.step.estimate import estimate
 from tests.unit.test_one_path import assert_same, both_paths
 
 PLAN = {"gpus": 8, "tp": 1, "micro_batch": 4, "global_batch": 64, "seq_length": 2048, "zero": 1}
+
+
+def pool_cluster(framework: str | None, system: str = "dgx-a100-80gb", nodes: int = 1):
+    """One pool ``p`` of ``system`` under ``framework``'s stack (None: the system as it is)."""
+    cluster = cluster_from_dict({"pools": [{"name": "p", "system": system, "nodes": nodes}]})
+    return cluster if framework is None else framework_cluster(load_framework(framework), cluster)
 
 
 def test_the_rule_names_field_value_and_allowed():
@@ -70,17 +77,25 @@ def test_a_stated_overlap_with_pp_is_refused_on_both_paths(framework):
     data = {"global_batch": 64, "seq_length": 2048, "microbatches": 4, "engine": "deepspeed"}
     with pytest.raises(InputError, match="overlap_dp_grad_reduce=True: DeepSpeed's PipelineEngine"):
         stage_plan_from_dict(data | {"stages": stages, "overlap_dp_grad_reduce": True})
-    # left unset: the engine's (false with pp > 1 and at zero 0, true with one stage at zero 1 with bf16
-    # gradients or on Megatron's engine)
-    assert not stage_plan_from_dict(data | {"stages": stages}).overlap_dp_grad_reduce
-    assert not stage_plan_from_dict(data | {"stages": stages[:1]}).overlap_dp_grad_reduce
+    # left unset: decided with the pools (specs.stage_plan.settled_stage_plan): false with pp > 1 and at
+    # zero 0, true with one stage at zero 1 with bf16 gradients; on Megatron's engine false over this
+    # profile's pools (DeepSpeed's optimizers: DeepSpeedEngine falls back at zero 0), true over a plain pool
+    pools = pool_cluster(framework)
+
+    def settled(fields: dict, cluster=pools) -> bool:
+        return settled_stage_plan(
+            stage_plan_from_dict(data | fields), cluster
+        ).overlap_dp_grad_reduce
+
+    assert stage_plan_from_dict(data | {"stages": stages}).overlap_dp_grad_reduce is None
+    assert settled({"stages": stages}) is False
+    assert settled({"stages": stages[:1]}) is False
     zero1 = {"stages": stages[:1], "zero": 1, "grad_dtype": "bf16"}  # the ZeRO-1 optimizer
-    assert stage_plan_from_dict(data | zero1).overlap_dp_grad_reduce
+    assert settled(zero1) is True
     bf16_optimizer = zero1 | {"grad_dtype": "fp32"}  # the BF16_Optimizer at zero 1
-    assert not stage_plan_from_dict(data | bf16_optimizer).overlap_dp_grad_reduce
-    assert stage_plan_from_dict(
-        data | {"stages": stages, "engine": "megatron"}
-    ).overlap_dp_grad_reduce
+    assert settled(bf16_optimizer) is False
+    assert settled({"stages": stages, "engine": "megatron"}) is False
+    assert settled({"stages": stages, "engine": "megatron"}, pool_cluster(None)) is True
 
 
 def test_both_paths_price_the_switch_alike_at_pp_1():
@@ -147,16 +162,25 @@ def test_the_fallback_keeps_zero_1_with_the_optimizer_offloaded():
 
 def test_the_search_offers_no_overlap_where_deepspeed_falls_back(small_problem):
     """The uniform search at pp = 1 with every overlap varied: zero 0 (and zero 1 under the
-    BF16_Optimizer, megatron-deepspeed's fp32 gradients) offers the overlap off only; zero 1 with the
-    ZeRO-1 optimizer (deepspeed) and zero 2 offer both."""
-    for framework, refused in (("deepspeed", {0}), ("megatron-deepspeed", {0, 1})):
+    BF16_Optimizer, megatron-deepspeed's fp32 gradients, where no optimizer offload is searched) offers
+    the overlap off only; zero 1 with the ZeRO-1 optimizer (deepspeed) and zero 2 offer both. With the
+    optimizer offload searched megatron-deepspeed's zero 1 offers both too, the overlap on offloaded
+    candidates only (search.grid_axes.GridAxes.refused; tests/search/test_offload_fallback_search.py)."""
+    cases = (("deepspeed", {0}, True), ("megatron-deepspeed", {0, 1}, False))
+    cases += (("megatron-deepspeed", {0}, True),)
+    for framework, refused, vary_offload in cases:
         system = framework_system(load_framework(framework), load_system("dgx-a100-80gb"))
         profile = load_framework(framework)
         runtime = runtime_of(profile)
         problem = small_problem(
-            system=system, framework=framework, vary_overlap=True, runtime=runtime
+            system=system,
+            framework=framework,
+            vary_overlap=True,
+            runtime=runtime,
+            vary_offload=vary_offload,
         )
         options = problem.state_options(8, 1)
         for zero in (0, 1, 2):
             ran = {o.overlap_dp_grad_reduce for o in options if o.zero == zero}
             assert ran == ({False} if zero in refused else {True, False}), (framework, zero)
+        assert problem.offload_fallback is (framework == "megatron-deepspeed" and vary_offload)

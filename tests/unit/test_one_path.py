@@ -306,7 +306,7 @@ def straddling_plans(draw):
 @given(straddling_plans())
 def test_tp_groups_that_straddle_a_domain_boundary(case):
     """Both paths price a stage's tp collectives on its own slowest tp group (step.stage_links.tp_span on the
-    stage's GPUs; on a uniform plan whose stages tile the domains step.build.plan_spans, whose stages do not
+    stage's GPUs; on a uniform plan whose stages tile the domains step.plan_spans.plan_spans, whose stages do not
     step.placement.position_spans stage by stage, all cost.group_spans.strided_groups_span) and its gradient
     group on its tp-rank-0 ranks (cost.comm.placed_span), so they agree in full, also where only some stages'
     tp groups straddle a node boundary (tp 3, pp 3 on 8-GPU nodes: only stage 2's, ranks 6-8)."""

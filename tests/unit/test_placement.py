@@ -9,7 +9,7 @@ from paraplan.catalog import load_system
 from paraplan.cost.comm import GroupSpan, group_span, placed_span, span_of_domains
 from paraplan.cost.group_spans import stage_group_spans, stage_spans, strided_groups_span
 from paraplan.specs.parallel import ParallelDims
-from paraplan.step.build import plan_spans
+from paraplan.step.plan_spans import plan_spans
 from paraplan.step.p2p import PipelineLinks
 from paraplan.step.placement import (
     StageDims,

@@ -29,7 +29,8 @@ from paraplan.specs.plan import PlanSpec, plan_violations
 from paraplan.specs.system import SystemSpec
 from paraplan.specs.tp_layout import default_rows, grid_shape, panel_count
 from paraplan.step.compose import block_terms
-from paraplan.step.build import block_comm, block_compute, block_cost_facts, plan_spans
+from paraplan.step.build import block_comm, block_compute, block_cost_facts
+from paraplan.step.plan_spans import plan_spans
 
 ROUND = SystemSpec.model_validate(
     {

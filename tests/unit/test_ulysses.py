@@ -15,7 +15,8 @@ from paraplan.graph.layers import decoder_layer
 from paraplan.graph.transformer import LayerShape
 from paraplan.specs.errors import InputError
 from paraplan.specs.plan import PlanSpec
-from paraplan.step.build import block_comm, plan_spans
+from paraplan.step.build import block_comm
+from paraplan.step.plan_spans import plan_spans
 
 S, CP = 65536, 8
 

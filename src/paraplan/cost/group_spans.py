@@ -1,7 +1,7 @@
 """The slowest of a plan's parallel groups where they do not all sit alike (issue 31): Megatron-Core places ranks
 tp fastest, then cp, (ep,) dp, pp slowest (parallel_state.RankGenerator, order "tp-cp-ep-dp-pp", NVIDIA/Megatron-LM
 at 00caa53a megatron/core/parallel_state.py), rank r on domain ⌊r/D⌋; a group of ranks is spanned as
-cost.comm.placed_span states, and the step waits for the slowest group. Read by step.build.plan_spans (a uniform
+cost.comm.placed_span states, and the step waits for the slowest group. Read by step.plan_spans.plan_spans (a uniform
 plan's tp and cp groups) and step.stage_links.tp_span (a per-stage plan's stage on its GPUs)."""
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def stage_spans(
 def stage_dense_span(tp: int, members: int, position: int, domain: int) -> GroupSpan:
     """The dense gradient group of the stage at ``position`` of a default-order plan: its ``members`` = cp·dp
     ranks tp apart from its first rank position·S (S = tp·cp·dp), on their own span (cost.comm.placed_span: tp 6 · dp 4 puts
-    ranks 0, 6 | 12 | 18 on three 8-GPU domains). Read by step.build.plan_spans (stage 0) and
+    ranks 0, 6 | 12 | 18 on three 8-GPU domains). Read by step.plan_spans.plan_spans (stage 0) and
     step.placement.placed_dense_group (each stage of a plan whose stages do not tile the domains)."""
     return placed_span(position * tp * members, members, tp, domain)
 

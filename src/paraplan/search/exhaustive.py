@@ -40,8 +40,10 @@ def _exhaustive_part(
             progress(r)
         for g, option in enumerate(grid(problem, row)):
             plan = plan_of(problem, row, option)
-            e = estimate(problem.model, problem.system, plan)
             evaluated += 1
+            if problem.refused(plan.zero, plan.overlap_dp_grad_reduce, plan.offload_optimizer):
+                continue  # the estimate refuses it (search.grid_axes.GridAxes.refused)
+            e = estimate(problem.model, problem.system, plan)
             if not e.fits:
                 continue
             feasible += 1

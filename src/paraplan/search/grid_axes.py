@@ -27,6 +27,7 @@ from paraplan.specs.rules import interleave_split_rule, even_share
 from paraplan.specs.rules_offload import offload_rule
 from paraplan.specs.rules_schedule import DEFAULT_SCHEDULE, SCHEDULE_RULES
 from paraplan.specs.rules_stack import (
+    dp_reduce_fallback,
     engine_dp_overlap_rule,
     engine_schedule_rule,
     engine_zero_rule,
@@ -40,7 +41,6 @@ from paraplan.specs.split import (
     stage_layer_counts,
 )
 from paraplan.step import schedules
-from paraplan.step.constants import dp_reduce_fallback
 
 SCHEDULES: tuple[str, ...] = get_args(Schedule)
 # searched by default for the models DeepSeek-V3-class training uses them on (experts, MLA, MTP);
@@ -213,7 +213,9 @@ class GridAxes:
         """(zero, overlap_dp_grad_reduce, overlap_param_gather) options for a data × context group at
         pipeline depth ``pp``, those the stack's pipeline runtime takes at that depth (specs.rules_stack.engine_zero_rule,
         engine_dp_overlap_rule: the estimator's rules) and the framework launches (search.launch.state_allowed). Memoised: the grid
-        index asks for every (pp, m, dp·cp) of its rows."""
+        index asks for every (pp, m, dp·cp) of its rows. Where the stack's fallback at a ZeRO stage depends
+        on the optimizer offload (``offload_fallback``) the stated options are kept beside the ones run on
+        the GPU, and ``refused`` drops their candidates the estimate refuses."""
         engine = self.system.accelerator.efficiency.runtime.pipeline_engine
         if dp_size == 1:  # no reduction to overlap: the switch as the pipeline runtime takes it
             refused = engine_dp_overlap_rule(engine, True, pp, self._fallback(0))
@@ -228,12 +230,15 @@ class GridAxes:
                 o._replace(overlap_dp_grad_reduce=False) if self._fallback(o.zero) else o
                 for o in stated
             ]
+            offloaded = (
+                self.offload_fallback
+            )  # the stated ones too, taken with the optimizer offloaded
             memo[(dp_size, pp)] = tuple(
                 o
-                for o in dict.fromkeys(ran)
+                for o in dict.fromkeys(ran + stated if offloaded else ran)
                 if not engine_zero_rule(engine, o.zero, pp)
                 and not engine_dp_overlap_rule(
-                    engine, o.overlap_dp_grad_reduce, pp, self._fallback(o.zero)
+                    engine, o.overlap_dp_grad_reduce, pp, self._fallback(o.zero, offloaded)
                 )
                 and launch.state_allowed(
                     self.framework,
@@ -247,10 +252,30 @@ class GridAxes:
             )
         return list(memo[(dp_size, pp)])
 
-    def _fallback(self, zero: int) -> bool:
-        """step.constants.dp_reduce_fallback at ZeRO stage ``zero`` with the optimizer on the GPU (the
-        state options precede the offload ones: the BF16_Optimizer's zero-1 case refused for both)."""
-        return dp_reduce_fallback(self.system, self.dtype, self.runtime, zero)
+    def _fallback(self, zero, offload_optimizer=False):
+        """specs.rules_stack.dp_reduce_fallback of the system's stack at ZeRO stage ``zero`` and optimizer
+        offload ``offload_optimizer`` (numbers or arrays over candidates)."""
+        stack = self.system.accelerator.efficiency.runtime
+        facts = (self.dtype, self.runtime.grad_dtype, offload_optimizer)
+        return dp_reduce_fallback(stack, stack.pipeline_engine, zero, *facts)
+
+    @cached_property
+    def offload_fallback(self) -> bool:
+        """Whether the stack's fallback depends on the optimizer offload among the offload options: the
+        BF16_Optimizer at zero 1 runs on the GPU only (specs.rules_stack.runs_bf16_optimizer; with the
+        optimizer offloaded DeepSpeed runs its ZeRO-1 optimizer, whose hooks may overlap)."""
+        if not any(o.optimizer for o in self.offload_options):
+            return False
+        return bool(self._fallback(1)) != bool(self._fallback(1, True))
+
+    def refused(self, zero, overlap_dp_grad_reduce, offload_optimizer):
+        """Which candidates (arrays of their zero, overlap_dp_grad_reduce and offload_optimizer) state an
+        overlap the stack does not run with their optimizer offload (engine_dp_overlap_rule's fallback,
+        dp_reduce_fallback): the stated options ``state_options`` keeps where ``offload_fallback``, on the
+        GPU. None where no candidate can be (no such options)."""
+        if not self.offload_fallback:
+            return None
+        return overlap_dp_grad_reduce & self._fallback(zero, offload_optimizer)
 
     def _state_options(self, dp_size: int) -> list[StateOption]:
         """state_options at any depth."""

@@ -111,6 +111,11 @@ class Scan:
         tokens = self.tokens_row[index]
         obj = self.objective(step, index)
         fits = (peak <= self.capacity) & (host <= self.host_capacity)
+        refused = self._refused(options, index, grid_index)
+        if refused is not None:  # plans the estimate refuses: neither fitting nor missing
+            fits, misses = fits & ~refused, ~fits & ~refused
+        else:
+            misses = ~fits
         self.evaluated += len(index)
         self.feasible += int(fits.sum())
         if self.everything is not None:
@@ -160,7 +165,15 @@ class Scan:
                 self.shared is not None
             ):  # published at once: the other processes' scans read it between batches
                 self.shared.offer(self.threshold)
-        self._note_misses(np.flatnonzero(~fits), obj, index, grid_index, peak, host)
+        self._note_misses(np.flatnonzero(misses), obj, index, grid_index, peak, host)
+
+    def _refused(self, options, index, grid_index):
+        """Which candidates (rows index[i], options grid_index[i]) the estimate refuses
+        (search.grid_axes.GridAxes.refused of their grid values), None where the problem has none."""
+        if not self.problem.offload_fallback:
+            return None
+        v = options.values(index, grid_index)
+        return self.problem.refused(v["zero"], v["overlap_dp_grad_reduce"], v["offload_optimizer"])
 
     def _note_misses(self, misses, obj, index, grid_index, peak, host) -> None:
         """The nearest memory miss so far, and the misses faster than the threshold (``evaluate``)."""

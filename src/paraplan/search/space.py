@@ -66,7 +66,7 @@ from paraplan.specs.rules_precision import accelerator_rules
 from paraplan.specs.rules_stack import stack_gpus_rule, stack_parallelism_rules
 from paraplan.specs.system import SystemSpec
 from paraplan.specs.tp_layout import TP_LAYOUTS
-from paraplan.step.build import default_order_key, placed_domains, plan_spans
+from paraplan.step.plan_spans import default_order_key, placed_domains, plan_spans
 
 # the rows, grids and plans of the space (search.options) and the grid's schedules (search.grid_axes), named here too
 __all__ = [
@@ -105,7 +105,7 @@ def distinct_orders(
     cost.comm._span_of reads from min(size, D) and from the strides below D (a stride is a product of degrees, below D
     exactly when the product of their clipped values is, and then equal to it); the expert span reads no order.
     Orders equal without their degree-1 dimensions change no stride and are not costed. ``default_key``: the default
-    order's key where its tp and cp groups straddle (step.build.default_order_key), None elsewhere."""
+    order's key where its tp and cp groups straddle (step.plan_spans.default_order_key), None elsewhere."""
     sizes = dict(zip(DIM_NAMES, clipped))
     seen, tried, out = set(), set(), []
     for order in PLACEMENT_ORDERS if vary else PLACEMENT_ORDERS[:1]:

@@ -66,7 +66,7 @@ class FrameworkSpec(RuntimeFields, HostFields, EagerFields, StackRuntimeFields):
         "extra pass (fused), or by DeepSpeed's BF16 optimizer into fp32 after every backward "
         "(cost.runtimes.bf16_optimizer_accumulation_bytes); not read under DeepSpeed's optimizers "
         "(zero0_bf16_optimizer), whose accumulation at every ZeRO stage is the optimizer's "
-        "(step.constants.runs_bf16_optimizer, zero_accumulation_bytes)",
+        "(specs.rules_stack.runs_bf16_optimizer, zero_accumulation_bytes)",
     )
     gradient_allocation: Literal["buffer", "backward"] = Field(
         "buffer",

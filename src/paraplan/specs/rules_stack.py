@@ -9,6 +9,8 @@ and the per-stage searches (search.staged.problem.depth_allowed) all ask them.
 
 from __future__ import annotations
 
+import numpy as np
+
 from paraplan.specs.parallel import ParallelDims
 from paraplan.specs.runtime import PARALLELISMS
 
@@ -41,7 +43,7 @@ def bf16_optimizer_dtype(dtype: str) -> bool:
     recipes over bf16 weights; DeepSpeedEngine has no fp8 path), not fp16 (the FP16 optimizers) nor
     fp32 / tf32 (the basic optimizer): DeepSpeedEngine._do_optimizer_sanity_check returns BFLOAT16 for
     ``model_dtype == torch.bfloat16`` only (deepspeed/runtime/engine.py at 0050fdad). The one reading of
-    that dtype test: step.constants.zero0_terms and the per-stage plan's overlap rule (specs.stage_plan)."""
+    that dtype test: bf16_optimizer_stack (step.constants.zero0_terms and dp_reduce_fallback)."""
     return dtype not in ("fp16", "fp32", "tf32")
 
 
@@ -49,7 +51,7 @@ def deepspeed_allreduce_fallback(zero: int, bf16_optimizer_zero1: bool) -> bool:
     """Whether DeepSpeedEngine reduces the data-parallel gradients with ``buffered_allreduce_fallback``
     after the backward returns, so that nothing overlaps the backward: at ZeRO stage ``zero`` 0 (the
     FP16, basic and BF16 optimizers), and at ZeRO 1 where the BF16_Optimizer runs
-    (``bf16_optimizer_zero1``: step.constants.runs_bf16_optimizer's zero-1 case).
+    (``bf16_optimizer_zero1``: runs_bf16_optimizer's zero-1 case; dp_reduce_fallback decides it).
 
     deepspeedai/DeepSpeed deepspeed/runtime/engine.py at 0050fdad: DeepSpeedEngine.backward runs
     the optimizer's (or autograd's) backward and only then, under ``enable_backward_allreduce``, calls
@@ -60,7 +62,7 @@ def deepspeed_allreduce_fallback(zero: int, bf16_optimizer_zero1: bool) -> bool:
     installs no gradient hooks. ZeRO 1 under DeepSpeedZeroOptimizer with overlap_comm (its
     reduce_ready_partitions_and_remove_grads hooks reduce during the last micro-batch's backward,
     runtime/zero/stage_1_and_2.py) and ZeRO 2/3 (hooks every micro-batch) are not a fallback."""
-    return zero == 0 or (zero == 1 and bf16_optimizer_zero1)
+    return (zero == 0) | ((zero == 1) & bf16_optimizer_zero1)  # numbers or arrays over candidates
 
 
 def engine_dp_overlap_rule(
@@ -69,7 +71,7 @@ def engine_dp_overlap_rule(
     """DeepSpeed never overlaps the data-parallel gradient reduction with the backward on its
     PipelineEngine (pp > 1), nor, at any depth, where DeepSpeedEngine falls back to reducing after the
     backward (``fallback``: the stack runs DeepSpeed's engine and deepspeed_allreduce_fallback holds at
-    the plan's ZeRO stage; the caller decides, step.constants.dp_reduce_fallback for a uniform plan).
+    the plan's ZeRO stage: dp_reduce_fallback, which every caller asks).
 
     PipelineEngine: its constructor sets ``enable_backward_allreduce = False`` ("We schedule the
     all-reduces"), and TrainSchedule issues ReduceTiedGrads and ReduceGrads after the last backward,
@@ -83,7 +85,8 @@ def engine_dp_overlap_rule(
     during every one, but ZeRO 0 and the BF16_Optimizer at ZeRO 1 reduce after it
     (deepspeed_allreduce_fallback). Where either holds the stack takes overlap_dp_grad_reduce false
     only. ``engine``: as engine_zero_rule's. The uniform estimate (step.estimate), the per-stage plan
-    (specs.stage_plan, whose default is this rule's allowed value), the uniform search's state options
+    (specs.stage_plan at parse with pp > 1, specs.stage_stack with its pools' fallback; its default,
+    decided with the pools, is this rule's allowed value), the uniform search's state options
     (search.grid_axes, search.launch.state_allowed) and the per-stage searches (search.staged.problem)
     all ask it."""
     if not overlap_dp_grad_reduce:
@@ -103,17 +106,55 @@ def engine_dp_overlap_rule(
     return None
 
 
-# the per-stage plan fields engine_reduce_fallback reads, in its order (specs.stage_plan)
-FALLBACK_FIELDS = ("zero", "dtype", "grad_dtype")
+def runs_bf16_optimizer(zero, zero1: bool, offload_optimizer=False):
+    """Whether DeepSpeed runs its BF16_Optimizer on candidates of ZeRO stage ``zero`` (a number or
+    an array over candidates) whose optimizer is offloaded or not (``offload_optimizer``, the same):
+    at zero 0, and at zero 1 where ``zero1`` (the run's gradients kept in fp32,
+    ``data_types.grad_accum_dtype: fp32`` stated) and the optimizer stays on the GPU.
+
+    DeepSpeedEngine._do_optimizer_sanity_check (deepspeed/runtime/engine.py at v0.16.4 e2dc3eeb; the
+    same test at v0.14.0 ce78a632): under ZeRO it returns BFLOAT16 where ``model_dtype ==
+    torch.bfloat16 and grad_accum_dtype == torch.float32 and self.zero_optimization_stage() == 1 and
+    not self.zero_cpu_offload()``, else ZERO_OPTIMIZATION; without ZeRO a bf16 model with fp32
+    accumulation (get_data_types' default there) returns BFLOAT16; _configure_optimizer then builds
+    the BF16_Optimizer for BFLOAT16 (_configure_bf16_optimizer). At stage 1 it runs as without ZeRO:
+    DeepSpeedEngine.backward calls optimizer.backward, whose update_hp_grads adds each micro-batch's
+    bf16 gradients into the fp32 ones (runtime/bf16_optimizer.py), and allreduce_gradients takes
+    buffered_allreduce_fallback (the BF16_Optimizer has no reduce_gradients). Whether the stack and
+    dtype take the BF16_Optimizer at all is bf16_optimizer_stack's. The one reading of the test: the
+    gradient terms (step.constants.zero_stage_values, step.bf16_optimizer_sync) and dp_reduce_fallback."""
+    on_zero1 = (zero == 1) & np.logical_not(offload_optimizer) if zero1 else False
+    return (zero == 0) | on_zero1
 
 
-def engine_reduce_fallback(engine: str, zero: int, dtype: str, grad_dtype: str) -> bool:
-    """Whether a per-stage plan (specs.stage_plan) or search (search.staged.problem) on ``engine``
-    reduces its data-parallel gradients after the backward (deepspeed_allreduce_fallback): DeepSpeed's engine at ZeRO 0, or at ZeRO 1 where
-    the BF16_Optimizer runs (a bf16-weight ``dtype``, bf16_optimizer_dtype, with ``grad_dtype`` fp32: the
-    zero-1 case of step.constants.runs_bf16_optimizer; a per-stage plan offloads no optimizer)."""
-    bf16_zero1 = bf16_optimizer_dtype(dtype) and grad_dtype == "fp32"
-    return engine == "deepspeed" and deepspeed_allreduce_fallback(zero, bf16_zero1)
+def bf16_optimizer_stack(stack, dtype: str) -> bool:
+    """Whether a stack (``stack``: a system's efficiency.runtime, specs.runtime.RuntimeCosts) runs
+    DeepSpeed's BF16_Optimizer where runs_bf16_optimizer holds, for a run of ``dtype``: it runs DeepSpeed's
+    optimizers (zero0_bf16_optimizer, a framework profile's) and the dtype is one the BF16_Optimizer takes
+    (bf16_optimizer_dtype). The one reading: step.constants.zero0_terms and dp_reduce_fallback."""
+    return bool(stack.zero0_bf16_optimizer) and bf16_optimizer_dtype(dtype)
+
+
+def dp_reduce_fallback(
+    stack, engine: str, zero: int, dtype: str, grad_dtype: str, offload_optimizer: bool = False
+) -> bool:
+    """Whether a run reduces its data-parallel gradients after the backward on DeepSpeedEngine
+    (deepspeed_allreduce_fallback): the one rule of the DeepSpeed fallback, which every path asks with
+    the same facts. The run's stack ``stack`` (a system's or a pool's efficiency.runtime: its profile's
+    pipeline_engine and zero0_bf16_optimizer) and the plan's pipeline ``engine`` (a uniform plan's is
+    the stack's pipeline_engine, a per-stage plan's its plan.engine) say whether DeepSpeedEngine runs the
+    step: the engine or the stack's pipeline_engine is deepspeed, or the stack runs DeepSpeed's optimizers
+    (zero0_bf16_optimizer). It then falls back at ZeRO stage ``zero`` 0, and at 1 where the
+    BF16_Optimizer runs: the stack takes it for ``dtype`` (bf16_optimizer_stack) and
+    runs_bf16_optimizer holds at zero 1 (``grad_dtype`` fp32, the optimizer not offloaded,
+    ``offload_optimizer``); ``zero`` and ``offload_optimizer`` may be arrays over candidates. Asked by the
+    uniform estimate (step.estimate), the uniform search's state options and candidates (search.grid_axes),
+    the per-stage plan's check and default (specs.stage_stack.pools_reduce_fallback) and the per-stage
+    searches (search.staged.problem)."""
+    if "deepspeed" not in (engine, stack.pipeline_engine) and not stack.zero0_bf16_optimizer:
+        return False
+    zero1 = runs_bf16_optimizer(1, grad_dtype == "fp32", offload_optimizer)
+    return deepspeed_allreduce_fallback(zero, bf16_optimizer_stack(stack, dtype) & zero1)
 
 
 def engine_schedule_rule(engine: str, schedule: str, vpp: int, pp: int) -> str | None:

@@ -66,15 +66,11 @@ from paraplan.specs.rules_moe import stage_expert_rule, stage_expert_violations,
 from paraplan.specs.rules_offload import offload_layers_rule, pool_offload_violations
 from paraplan.specs.rules_precision import accelerators_rules
 from paraplan.specs.rules_schedule import schedule_vpp_rule
-from paraplan.specs.rules_stack import (
-    FALLBACK_FIELDS,
-    engine_dp_overlap_rule,
-    engine_reduce_fallback,
-    engine_zero_rule,
-)
+from paraplan.specs.rules_stack import engine_dp_overlap_rule, engine_zero_rule
 from paraplan.specs.stage_schedule import stage_schedule_violations
 from paraplan.specs.stage_stack import (
     STACK_ENGINES,
+    stage_dp_overlap,
     stage_engine_stack_violations,
     stage_stack_violations,
 )
@@ -175,11 +171,12 @@ class StagePlanSpec(RuntimeFields):
     attention: Literal["flash", "unfused"] = "flash"
     sequence_parallel: bool = False
     zero: int = Field(0, ge=0, le=3)
-    overlap_dp_grad_reduce: bool = Field(
-        True,
-        description="DP gradient reduction overlaps backward (as specs.plan.PlanSpec); default: true, "
-        "false on DeepSpeed's PipelineEngine with pp > 1 and where DeepSpeedEngine reduces after the backward "
-        "(zero 0, the BF16_Optimizer at zero 1: specs.rules_stack.engine_dp_overlap_rule)",
+    overlap_dp_grad_reduce: bool | None = Field(
+        None,
+        description="DP gradient reduction overlaps backward (as specs.plan.PlanSpec); None: the value the "
+        "stacks run, decided with the pools (settled_stage_plan, specs.stage_stack.stage_dp_overlap): "
+        "false on DeepSpeed's PipelineEngine with pp > 1 and where a pool's stack reduces after the "
+        "backward on DeepSpeedEngine (specs.rules_stack.dp_reduce_fallback), true otherwise",
     )
     overlap_param_gather: bool = Field(
         True, description="ZeRO parameter all-gather overlaps forward (as specs.plan.PlanSpec)"
@@ -212,20 +209,6 @@ class StagePlanSpec(RuntimeFields):
     offload_optimizer: bool = PlanSpec.model_fields["offload_optimizer"]
     stages: tuple[StageSpec, ...] = Field(min_length=1)
 
-    @model_validator(mode="before")
-    @classmethod
-    def _engine_overlap(cls, data):
-        """overlap_dp_grad_reduce left unset: the value the plan's engine runs at its depth
-        (specs.rules_stack.engine_dp_overlap_rule's allowed value); a stated one is checked by it."""
-        if isinstance(data, dict) and "overlap_dp_grad_reduce" not in data:
-            pp = len(data.get("stages") or ())
-            engine = data.get("engine", "megatron")
-            fields = {k: data.get(k, cls.model_fields[k].default) for k in FALLBACK_FIELDS}
-            fallback = engine_reduce_fallback(engine, *fields.values())
-            refused = engine_dp_overlap_rule(engine, True, pp, fallback)
-            return data | {"overlap_dp_grad_reduce": not refused}
-        return data
-
     @model_validator(mode="after")
     def _check(self) -> "StagePlanSpec":
         if (self.microbatches is None) == (self.micro_batch is None):
@@ -244,9 +227,8 @@ class StagePlanSpec(RuntimeFields):
             raise ValueError(rule)
         if rule := engine_zero_rule(self.engine, self.zero, len(self.stages)):
             raise ValueError(rule)
-        overlap = self.overlap_dp_grad_reduce
-        fallback = engine_reduce_fallback(self.engine, self.zero, self.dtype, self.grad_dtype)
-        if rule := engine_dp_overlap_rule(self.engine, overlap, len(self.stages), fallback):
+        overlap = self.overlap_dp_grad_reduce  # the pools' fallback: stage_plan_violations
+        if rule := engine_dp_overlap_rule(self.engine, bool(overlap), len(self.stages)):
             raise ValueError(f"overlap_dp_grad_reduce={overlap}: {rule}")
         if self.engine_stack is not None and STACK_ENGINES[self.engine_stack] != self.engine:
             ran_on = STACK_ENGINES[self.engine_stack]
@@ -343,8 +325,11 @@ def stage_plan_violations(
         if s.recompute_ops and empty:
             ops, rule = list(s.recompute_ops), "the stage holds no transformer layer"
             out.append(Violation(f"plan.stages.{i}.recompute_ops", ops, rule))
-    out += stage_accelerator_violations(plan, [pools[name] for name in taken if name in pools])
-    out += stage_stack_violations(plan, [pools[name] for name in taken if name in pools])
+    used = [pools[name] for name in taken if name in pools]
+    out += stage_accelerator_violations(plan, used)
+    out += stage_stack_violations(plan, used)
+    if rule := stage_dp_overlap(plan, used)[1]:
+        out.append(Violation("plan.overlap_dp_grad_reduce", plan.overlap_dp_grad_reduce, rule))
     out += stage_engine_stack_violations(plan)
     for name, count in taken.items():
         if name in pools and count > pools[name].gpu_count:
@@ -401,6 +386,17 @@ def _coverage_violations(plan: StagePlanSpec, model: ModelSpec) -> list[Violatio
         rule = f"must end at {n_blocks} (the model has {n_blocks} blocks)"
         return [Violation(f"plan.stages.{plan.pp - 1}.blocks", list(ranges[-1]), rule)]
     return []
+
+
+def settled_stage_plan(plan: StagePlanSpec, cluster: ClusterSpec) -> StagePlanSpec:
+    """The plan with the run-wide value it leaves to its pools' stacks decided on ``cluster``:
+    overlap_dp_grad_reduce left unset takes the value the stacks of the pools its stages use run
+    (specs.stage_stack.stage_dp_overlap); a stated plan is returned as it is."""
+    if plan.overlap_dp_grad_reduce is not None:
+        return plan
+    names = {d.pool for s in plan.stages for d in s.devices}
+    overlap, _ = stage_dp_overlap(plan, [p for p in cluster.pools if p.name in names])
+    return plan.model_copy(update={"overlap_dp_grad_reduce": overlap})
 
 
 def check_stage_plan(plan: StagePlanSpec, model: ModelSpec, cluster: ClusterSpec) -> None:

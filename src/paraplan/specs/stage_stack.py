@@ -8,7 +8,12 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from paraplan.specs.errors import Violation
-from paraplan.specs.rules_stack import stack_gpus_rule, stack_parallelism_rules
+from paraplan.specs.rules_stack import (
+    dp_reduce_fallback,
+    engine_dp_overlap_rule,
+    stack_gpus_rule,
+    stack_parallelism_rules,
+)
 
 if TYPE_CHECKING:
     from paraplan.specs.stage_plan import StagePlanSpec
@@ -52,6 +57,40 @@ def stage_stack_violations(plan: StagePlanSpec, pools) -> list[Violation]:
             continue
         _add_kind_violations(out, plan, runs, "its framework profile's")
     return out
+
+
+def pools_reduce_fallback(
+    pools, engine: str, zero: int, dtype: str, grad_dtype: str, offload_optimizer: bool = False
+) -> tuple[str, ...]:
+    """The names of the pools among ``pools`` whose stacks reduce the data-parallel gradients after the
+    backward on DeepSpeedEngine (specs.rules_stack.dp_reduce_fallback of each pool's
+    efficiency.runtime with the plan's ``engine``, ``zero``, ``dtype``, ``grad_dtype`` and
+    ``offload_optimizer``): the per-stage plan's check and default (stage_dp_overlap) and the per-stage
+    searches' (search.staged.problem) reading of the one rule."""
+    facts = (engine, zero, dtype, grad_dtype, offload_optimizer)
+    return tuple(
+        pool.name
+        for pool in pools
+        if dp_reduce_fallback(pool.system.accelerator.efficiency.runtime, *facts)
+    )
+
+
+def stage_dp_overlap(plan: StagePlanSpec, pools) -> tuple[bool, str | None]:
+    """(the plan's overlap_dp_grad_reduce, the rule refusing it or None) over ``pools``, the pools its
+    stages use: a stated value, else the value the stacks run (engine_dp_overlap_rule's allowed value:
+    false on DeepSpeed's PipelineEngine with pp > 1, and where a pool's stack falls back,
+    pools_reduce_fallback, true otherwise). The switch is one for the whole plan, so over pools of
+    different stacks false is the one value every stage's stack runs: a stated true is refused where
+    any pool's stack falls back, the rule naming those pools."""
+    facts = (plan.engine, plan.zero, plan.dtype, plan.grad_dtype, plan.offload_optimizer)
+    falling = pools_reduce_fallback(pools, *facts)
+    rule = engine_dp_overlap_rule(plan.engine, True, plan.pp, bool(falling))
+    if rule is not None and falling:
+        rule = f"pool {', '.join(falling)}: {rule}"
+    overlap = plan.overlap_dp_grad_reduce
+    if overlap is None:
+        return rule is None, None
+    return overlap, rule if overlap else None
 
 
 def _add_kind_violations(out: list[Violation], plan: StagePlanSpec, runs, whose: str) -> None:

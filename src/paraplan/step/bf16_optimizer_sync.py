@@ -1,12 +1,12 @@
 """DeepSpeed's BF16_Optimizer's own data-parallel traffic, read by step.tail.tail_terms.
 
-Where DeepSpeed runs its BF16_Optimizer (step.constants.runs_bf16_optimizer: zero 0, and zero 1 with fp32
+Where DeepSpeed runs its BF16_Optimizer (specs.rules_stack.runs_bf16_optimizer: zero 0, and zero 1 with fp32
 gradients and the optimizer on the GPU), the step's data-parallel traffic is the optimizer's, not ZeRO's:
 
 - the whole gradient is all-reduced: the PipelineEngine's ReduceGrads runs _bf16_reduce_grads →
   buffered_allreduce_fallback over the optimizer's get_grads_for_reduction (deepspeedai/DeepSpeed at 0050fdad,
   deepspeed/runtime/pipe/engine.py 276-287, runtime/engine.py 2452-2463), and DeepSpeedEngine.allreduce_gradients
-  takes the same fallback where the optimizer has no reduce_gradients (step.constants.runs_bf16_optimizer);
+  takes the same fallback where the optimizer has no reduce_gradients (specs.rules_stack.runs_bf16_optimizer);
 - the optimizer steps over its fp32 partition of the flat groups (one of dp: runtime/bf16_optimizer.py
   __init__, partition_size = numel // real_dp_world_size) and then all-gathers the bf16 weights over the
   data-parallel group (step → update_lp_params → runtime/utils.py all_gather_dp_groups, 421-434 and 996-1031),
@@ -29,7 +29,7 @@ from paraplan.cost.runtimes import (
     deepspeed_allreduce_copy_bytes,
     runtime_copy_s,
 )
-from paraplan.step.constants import runs_bf16_optimizer
+from paraplan.specs.rules_stack import runs_bf16_optimizer
 from paraplan.step.inputs import GradientGroup, Stage, StepInputs, shard_ways, stage_params
 
 Num = Any
@@ -52,7 +52,7 @@ def bf16_optimizer_kinds(inp: StepInputs) -> tuple[str, ...]:
 
 
 def bf16_optimizer_runs(inp: StepInputs) -> Num:
-    """Whether each candidate runs the BF16_Optimizer (step.constants.runs_bf16_optimizer at its ZeRO stage
+    """Whether each candidate runs the BF16_Optimizer (specs.rules_stack.runs_bf16_optimizer at its ZeRO stage
     and optimizer offload); False where the stack never does (``_stack_may_run_it``)."""
     if not _stack_may_run_it(inp):
         return False

@@ -62,13 +62,6 @@ from paraplan.step.block_statics import (  # noqa: F401 (re-exported: the search
     kind_statics,
 )
 from paraplan.step.p2p import PipelineLinks, pipeline_links
-from paraplan.step.plan_spans import (  # noqa: F401 (re-exported: the estimator, the search and the tests read them here)
-    PLACED_GROUPS,
-    default_order_key,
-    placed_domains,
-    places_as_default,
-    plan_spans,
-)
 from paraplan.specs.recompute import RECOMPUTE_CODES
 from paraplan.step.compose import BlockCost, BlockTerms, GradientGroup, block_terms
 from paraplan.step.block_terms import recompute_s

@@ -25,7 +25,7 @@ from paraplan.cost.runtimes import (
 )
 from paraplan.graph.eager_modules import impl_key
 from paraplan.specs.plan import RuntimeFields
-from paraplan.specs.rules_stack import bf16_optimizer_dtype, deepspeed_allreduce_fallback
+from paraplan.specs.rules_stack import bf16_optimizer_stack, runs_bf16_optimizer
 from paraplan.specs.runtime import RuntimeCosts
 from paraplan.specs.system import SystemSpec
 from paraplan.step.dualpipe import pair_compute_share
@@ -126,7 +126,7 @@ def grad_reduce_bytes(system: SystemSpec, dtype: str, runtime=None) -> float:
 def zero0_terms(system: SystemSpec, dtype: str) -> dict:
     """The StepInputs gradient terms a candidate of a run of ``dtype`` on ``system`` takes instead
     of system_terms' where the stack runs DeepSpeed's BF16_Optimizer (``at_zero_stage``,
-    ``runs_bf16_optimizer``: without ZeRO, and at ZeRO 1 with fp32 gradients stated); {} where none
+    ``specs.rules_stack.runs_bf16_optimizer``: without ZeRO, and at ZeRO 1 with fp32 gradients stated); {} where none
     differ.
 
     DeepSpeedEngine.get_data_types (runtime/engine.py at v0.14.0 ce78a632; the same v0.10.0-v0.16.4): with no
@@ -144,7 +144,7 @@ def zero0_terms(system: SystemSpec, dtype: str) -> dict:
     dtype by default, which grad_reduce_dtype compute states). fp16 (the FP16 optimizers keep fp16
     gradients, runtime/fp16/fused_optimizer.py) and fp32 keep their gradients as with ZeRO."""
     runtime = system.accelerator.efficiency.runtime
-    if not runtime.zero0_bf16_optimizer or not bf16_optimizer_dtype(dtype):
+    if not bf16_optimizer_stack(runtime, dtype):
         return {}
     return {
         "grad_bytes": mem.state_bytes_per_param(dtype, "fp32", runtime.optimizer_state).gradients,
@@ -201,47 +201,6 @@ def zero_accumulation_bytes(system: SystemSpec, dtype: str, runtime=None) -> tup
     grad_accum = separate_grad_accum_bytes()
     at1 = (grad_accum, grad_accum - separate_grad_accum_first_bytes(), 0.0, 0.0)
     return (at0, at1, at2, at3)
-
-
-def runs_bf16_optimizer(zero, zero1: bool, offload_optimizer=False):
-    """Whether DeepSpeed runs its BF16_Optimizer on candidates of ZeRO stage ``zero`` (a number or
-    an array over candidates) whose optimizer is offloaded or not (``offload_optimizer``, the same):
-    at zero 0, and at zero 1 where ``zero1`` (the run's gradients kept in fp32,
-    ``data_types.grad_accum_dtype: fp32`` stated) and the optimizer stays on the GPU.
-
-    DeepSpeedEngine._do_optimizer_sanity_check (deepspeed/runtime/engine.py at v0.16.4 e2dc3eeb; the
-    same test at v0.14.0 ce78a632): under ZeRO it returns BFLOAT16 where ``model_dtype ==
-    torch.bfloat16 and grad_accum_dtype == torch.float32 and self.zero_optimization_stage() == 1 and
-    not self.zero_cpu_offload()``, else ZERO_OPTIMIZATION; without ZeRO a bf16 model with fp32
-    accumulation (get_data_types' default there) returns BFLOAT16; _configure_optimizer then builds
-    the BF16_Optimizer for BFLOAT16 (_configure_bf16_optimizer). At stage 1 it runs as without ZeRO:
-    DeepSpeedEngine.backward calls optimizer.backward, whose update_hp_grads adds each micro-batch's
-    bf16 gradients into the fp32 ones (runtime/bf16_optimizer.py), and allreduce_gradients takes
-    buffered_allreduce_fallback (the BF16_Optimizer has no reduce_gradients). Whether the dtype is
-    one the BF16_Optimizer takes at all is zero0_terms' (empty where not)."""
-    on_zero1 = (zero == 1) & np.logical_not(offload_optimizer) if zero1 else False
-    return (zero == 0) | on_zero1
-
-
-def dp_reduce_fallback(
-    system: SystemSpec, dtype: str, runtime, zero: int, offload_optimizer: bool = False
-) -> bool:
-    """Whether a run of ``dtype`` on ``system`` under the run-wide knobs of ``runtime`` (None: their
-    defaults) at ZeRO stage ``zero`` reduces its data-parallel gradients after the backward on
-    DeepSpeedEngine (specs.rules_stack.deepspeed_allreduce_fallback): the stack runs DeepSpeed's engine
-    (efficiency.runtime.pipeline_engine deepspeed, or zero0_bf16_optimizer: DeepSpeed's optimizers) and
-    the stage is 0, or 1 where the BF16_Optimizer runs (runs_bf16_optimizer at zero 1 over the dtypes
-    zero0_terms takes). The fallback the uniform estimate (step.estimate) and the uniform search's state
-    options (search.grid_axes) give specs.rules_stack.engine_dp_overlap_rule."""
-    knobs = runtime if runtime is not None else _RUNTIME_DEFAULTS
-    stack = system.accelerator.efficiency.runtime
-    if not (stack.pipeline_engine == "deepspeed" or stack.zero0_bf16_optimizer):
-        return False
-    zero1 = knobs.grad_dtype == "fp32"
-    bf16 = bool(zero0_terms(system, dtype)) and bool(
-        runs_bf16_optimizer(1, zero1, offload_optimizer)
-    )
-    return deepspeed_allreduce_fallback(zero, bf16)
 
 
 # the StepInputs fields of one cell of zero_accumulation_bytes, in its order

@@ -164,9 +164,9 @@ ENGINES = {
     # - ReduceTiedGrads and ReduceGrads run after the last backward (TrainSchedule): no overlap of
     #   the data-parallel reduction with the backward, a plan's switch checked by
     #   specs.rules_stack.engine_dp_overlap_rule (refused with pp > 1, and at zero 0 / the BF16_Optimizer's
-    #   zero 1 at any depth, engine_reduce_fallback, as on a uniform plan);
+    #   zero 1 at any depth where a pool's stack falls back, specs.rules_stack.dp_reduce_fallback, as on a uniform plan);
     # - gradients accumulate across micro-batches by the optimizer DeepSpeed runs for the dtype, ZeRO
-    #   stage and gradient dtype (the BF16_Optimizer where step.constants.runs_bf16_optimizer, 18 B:
+    #   stage and gradient dtype (the BF16_Optimizer where specs.rules_stack.runs_bf16_optimizer, 18 B:
     #   cost.runtimes.bf16_optimizer_accumulation_bytes; the others' model-dtype param.grad or fp32
     #   grad_accum at ZeRO 0/1, step.constants.zero_accumulation_bytes): the stack's, resolved by
     #   step.constants.at_zero_stage as on a uniform plan (grad_accumulation "fused" below: one rule

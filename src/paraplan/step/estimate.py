@@ -33,6 +33,7 @@ from paraplan.specs.rules import deepspeed_cp_rule, uniform_model_violations
 from paraplan.specs.rules_offload import host_capacity_bytes, pool_offload_violations
 from paraplan.specs.rules_precision import accelerator_rules
 from paraplan.specs.rules_stack import (
+    dp_reduce_fallback,
     engine_dp_overlap_rule,
     engine_schedule_rule,
     engine_zero_rule,
@@ -44,13 +45,13 @@ from paraplan.step.build import (
     GridKnobs,
     build_step_inputs,
     model_block_kinds,
-    plan_spans,
     row_blocks,
     row_facts,
     system_terms,
 )
 from paraplan.step.compose import StepInputs, compose_step
-from paraplan.step.constants import dp_reduce_fallback, stack_shape_fields
+from paraplan.step.constants import stack_shape_fields
+from paraplan.step.plan_spans import plan_spans
 from paraplan.step.inputs import replaced
 from paraplan.step.layer_shape import expert_shape_of, layer_shape_from
 from paraplan.step.layout import StageMix, model_layer_counts
@@ -126,8 +127,9 @@ def _system_violations(plan: PlanSpec, system: SystemSpec) -> list[Violation]:
     if rule := engine_zero_rule(runtime.pipeline_engine, plan.zero, plan.pp):
         out.append(Violation("plan.zero", plan.zero, rule))
     overlap = plan.overlap_dp_grad_reduce
-    fallback = dp_reduce_fallback(system, plan.dtype, plan, plan.zero, plan.offload_optimizer)
-    if rule := engine_dp_overlap_rule(runtime.pipeline_engine, overlap, plan.pp, fallback):
+    engine, facts = runtime.pipeline_engine, (plan.dtype, plan.grad_dtype, plan.offload_optimizer)
+    fallback = dp_reduce_fallback(runtime, engine, plan.zero, *facts)
+    if rule := engine_dp_overlap_rule(engine, overlap, plan.pp, fallback):
         out.append(Violation("plan.overlap_dp_grad_reduce", overlap, rule))
     schedule = plan.pipeline_schedule
     if rule := engine_schedule_rule(runtime.pipeline_engine, schedule, plan.vpp, plan.pp):

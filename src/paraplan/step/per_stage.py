@@ -48,6 +48,7 @@ from paraplan.specs.rules_offload import host_capacity_bytes
 from paraplan.specs.stage_plan import (
     StagePlanSpec,
     check_stage_plan,
+    settled_stage_plan,
     stage_block_ranges,
 )
 from paraplan.step.blocks import model_blocks
@@ -178,7 +179,7 @@ def stage_arrays(
     # offload streams over the slowest host link among the stage's pools (as the slowest GPU sets its HBM)
     terms["host_bandwidth"] = min(host_link_Bps(s.accelerator) for s in systems)
     # the gradient accumulation is the stack's resolved at the plan's ZeRO stage (at_zero_stage, as on a
-    # uniform plan; DeepSpeed's BF16_Optimizer where step.constants.runs_bf16_optimizer), unless a training
+    # uniform plan; DeepSpeed's BF16_Optimizer where specs.rules_stack.runs_bf16_optimizer), unless a training
     # stack the plan states sets its own (step.engines.ENGINE_STACKS: AMP's fp16 param.grad)
     if (
         rules.grad_accumulation != "fused"
@@ -340,6 +341,7 @@ def estimate_stage_plan(
     step.stage_totals; ``rules``, when given, replace the plan's engine rules
     (step.engines.engine_rules_of; validate.cv refits their fitted constants)."""
     check_stage_plan(plan, model, cluster)
+    plan = settled_stage_plan(plan, cluster)  # the run-wide values left to the pools' stacks
     for i, s in enumerate(plan.stages):
         if s.recompute_ops:
             allowed = recomputable_names(model, plan.seq_length, plan.attention, plan.dtype, s.cp)

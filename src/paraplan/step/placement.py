@@ -67,7 +67,7 @@ def plan_stages_tile(dims: ParallelDims, domain: int) -> bool:
 
 def position_spans(dims, system: SystemSpec, position: int) -> tuple[GroupSpan, GroupSpan] | None:
     """The (tp span, cp span) of the stage at ``position`` of a default-order plan whose stages do not tile the
-    nodes (cost.group_spans.stage_spans), where they differ from the plan's (step.build.plan_spans: the slowest
+    nodes (cost.group_spans.stage_spans), where they differ from the plan's (step.plan_spans.plan_spans: the slowest
     stage's, cost.group_spans.stage_group_spans); None where they do not. Its tp and cp collectives run on its
     own ranks, as the per-stage path prices them (step.stage_links.tp_span)."""
     domain = system.node.gpus_per_domain

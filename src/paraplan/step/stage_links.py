@@ -170,7 +170,7 @@ def group_links(
 def tp_span(cluster: ClusterSpec, slices, tp: int, pool: str) -> GroupSpan:
     """The span of the slowest tensor-parallel group of a stage's GPUs on ``pool`` (runs of tp GPUs in rank
     order from each slice's first, a TP group staying in one pool): cost.group_spans.strided_groups_span, the rule
-    a uniform plan's tp groups are priced by (step.build.plan_spans), on the pool's nodes."""
+    a uniform plan's tp groups are priced by (step.plan_spans.plan_spans), on the pool's nodes."""
     domain = cluster.pool(pool).gpus_per_node
     return slowest_span(
         strided_groups_span(first, count, tp, 1, domain) for p, first, count in slices if p == pool
@@ -362,7 +362,7 @@ def stage_gradient_groups(
     """The stage's gradient groups, one per group that reduces some block of the model
     (step.blocks.model_gradient_groups, as a uniform plan's): the dense one on its members
     (``stage_gradient_group``: cp·dp TP-rank-0 GPUs), the expert-data-parallel one as a uniform plan prices it
-    (step.build.plan_spans: cost.moe.expert_dp_span's edp = tp·cp·dp/(ep·etp) ranks, ep·etp apart, on the
+    (step.plan_spans.plan_spans: cost.moe.expert_dp_span's edp = tp·cp·dp/(ep·etp) ranks, ep·etp apart, on the
     stage's pool, whose one system an MoE stage keeps: specs.rules_moe.stage_pools_rule)."""
     dims, pool = setting.dims, setting.slices[0][0]
     out = {}

@@ -20,12 +20,12 @@ from paraplan.specs.rules_precision import accelerators_rules, cluster_default_p
 from paraplan.specs.rules_schedule import per_stage_schedules_rule
 from paraplan.specs.rules_stack import (
     engine_dp_overlap_rule,
-    engine_reduce_fallback,
     engine_schedule_rule,
     engine_zero_rule,
     stack_gpus_rule,
     stack_parallelism_rules,
 )
+from paraplan.specs.stage_stack import pools_reduce_fallback
 from paraplan.specs.uniform_stages import stage_engine
 from paraplan.step.per_stage import Common, StageSetting, common_of
 
@@ -43,8 +43,8 @@ class HeteroProblem:
     schedule: str = "1f1b"
     zero: int = 0
     # None: the value the engine runs at every depth the cluster allows (specs.rules_stack.
-    # engine_dp_overlap_rule: false on DeepSpeed's PipelineEngine and where DeepSpeedEngine falls back, true
-    # otherwise), as a per-stage plan's default
+    # engine_dp_overlap_rule: false on DeepSpeed's PipelineEngine and where a pool's stack falls back on
+    # DeepSpeedEngine, true otherwise), as a per-stage plan's default (specs.stage_stack.stage_dp_overlap)
     overlap_dp_grad_reduce: bool = None  # type: ignore[assignment]
     recompute: tuple[str, ...] = ("none", "full")
     micro_batches: tuple[int, ...] | None = (
@@ -168,6 +168,9 @@ def profile_fields(profile: FrameworkSpec, cluster_spec: ClusterSpec) -> tuple[C
         knobs, specs.plan.runtime_of; its name, whose launcher must run every plan, and the settings
     search.launch.staged_fields states), the one reading of a profile by the per-stage searches."""
     fields = {k: getattr(profile, k) for k in PLAN_DEFAULTS if k not in RUNTIME_FIELDS}
+    # the profile's DP overlap is a default: on, the overlap where the stacks run it (HeteroProblem's None),
+    # as the uniform search's state options take it (search.grid_axes: off where DeepSpeedEngine falls back)
+    fields["overlap_dp_grad_reduce"] = None if profile.overlap_dp_grad_reduce else False
     fields["runtime"] = runtime_of(profile)
     fields["engine"] = stage_engine(profile.pipeline_engine)  # the profile's pipeline runtime
     staged = launch.staged_fields(profile.name, profile.overlap_tp_comm)
@@ -203,11 +206,12 @@ def depth_allowed(problem: HeteroProblem, pp: int) -> bool:
 
 
 def _fallback(problem: HeteroProblem) -> bool:
-    """specs.rules_stack.engine_reduce_fallback of the problem's engine, ZeRO stage, dtype and gradient
-    dtype: the per-stage plan's rule, so that its default and the searched plans agree."""
-    return engine_reduce_fallback(
-        problem.engine, problem.zero, problem.dtype, problem.runtime.grad_dtype
-    )
+    """Whether a pool of the cluster reduces after the backward on DeepSpeedEngine (specs.stage_stack.
+    pools_reduce_fallback: specs.rules_stack.dp_reduce_fallback of each pool's stack with the problem's
+    engine, ZeRO stage, dtype and gradient dtype, no optimizer offload): the per-stage plan's rule, so
+    that its default and the searched plans agree."""
+    facts = (problem.engine, problem.zero, problem.dtype, problem.runtime.grad_dtype)
+    return bool(pools_reduce_fallback(problem.cluster.pools, *facts))
 
 
 def _stack_refusals(problem: HeteroProblem, dims: ParallelDims) -> list:
