@@ -21,6 +21,7 @@ import numpy as np
 from paraplan.search import launch
 from paraplan.search.staged.balance import balance_split, pipeline_objective
 from paraplan.search.staged.problem import HeteroProblem
+from paraplan.specs.rules_schedule import DEFAULT_SCHEDULE
 from paraplan.step.blocks import model_blocks
 from paraplan.step.layout import stage_at
 from paraplan.step.per_stage import (
@@ -32,6 +33,7 @@ from paraplan.step.per_stage import (
     stage_block_work_s,
     tied_embedding_sync_s,
 )
+from paraplan.step.schedules import SCHEDULES, schedule_step_floor
 
 
 def lower_bound(problem: HeteroProblem, settings: list[StageSetting]) -> tuple[float, list]:
@@ -42,17 +44,14 @@ def lower_bound(problem: HeteroProblem, settings: list[StageSetting]) -> tuple[f
 def bound_s(problem: HeteroProblem, settings: list[StageSetting]) -> float:
     """A lower bound on the candidate's step time: the stages together do at least Σ_k min_i w_i(k) per
     micro-batch (each block on its cheapest stage; w_i(k), step.per_stage.stage_block_work_s: block k's
-    seconds on stage i, its blocks alone), the slowest stage at least 1/pp of it, so
-    T ≥ Σ_k min_i w_i(k) · (1 + (m − 1)/pp) (point-to-point and tails are non-negative) under 1F1B or
-    GPipe; an interleaved schedule (``problem.vpp`` > 1) shrinks the bubble, so there only the m
-    micro-batches of the slowest stage count: T ≥ Σ_k min_i w_i(k) · m/pp. Worked out from the stages'
-    blocks alone (no StageArrays), so every candidate is bounded before any is priced."""
+    seconds on stage i, its blocks alone), the slowest stage at least 1/pp of it: the schedule's floor of
+    the pipeline part at that work (``pipeline_floor_s``: T ≥ Σ_k min_i w_i(k) · (1 + (m − 1)/pp) under
+    1F1B or GPipe; point-to-point and tails are non-negative). Worked out from the stages' blocks alone (no
+    StageArrays), so every candidate is bounded before any is priced."""
     model, cluster, common = problem.model, problem.cluster, problem.common
     stages = len(settings)
     cheapest = np.min([stage_block_work_s(model, cluster, common, st) for st in settings], axis=0)
-    m = settings[0].microbatches
-    factor = 1 + (m - 1) / stages if problem.vpp == 1 else m / stages
-    return float(cheapest.sum()) * factor
+    return pipeline_floor_s(problem, float(cheapest.sum()), settings[0].microbatches, stages)
 
 
 def candidate_arrays(problem: HeteroProblem, settings: list[StageSetting]) -> list:
@@ -70,6 +69,48 @@ def candidate_arrays(problem: HeteroProblem, settings: list[StageSetting]) -> li
         )
         for i, st in enumerate(settings)
     ]
+
+
+def pipeline_floor_s(
+    problem: HeteroProblem, work_s: float, microbatches: int, stages: int
+) -> float:
+    """``lower_bound``'s floor of the pipeline part of a step whose stages do at least ``work_s`` per
+    micro-batch together, the slowest at least work_s / pp: under a schedule with 1F1B's bubble T − S
+    (1F1B, GPipe), T ≥ work_s · (1 + (m − 1)/pp); under any other, m·S0 + its bubble's floor at
+    S0 = work_s / pp, T0 = work_s (step.schedules.schedule_step_floor, each form growing with S and T):
+    interleaved (T0 − S0)/v, ZB-H1 (1 − ρ)·(T0 − S0) taken at ρ = 1 (its share of the 1F1B bubble is
+    (F + B − c·W)/(F + B) >= 0; no per-block ρ is worked out here), so m·S0."""
+    m = microbatches
+    if one_f_one_b_bubble(problem.schedule, problem.vpp):
+        return work_s * (1 + (m - 1) / stages)
+    per_stage = work_s / stages
+    return float(
+        schedule_step_floor(problem.schedule, problem.vpp, m, stages, per_stage, work_s, 1.0)
+    )
+
+
+def one_f_one_b_bubble(schedule: str, vpp: int) -> bool:
+    """Does ``schedule`` at ``vpp`` price 1F1B's bubble T − S (step.schedules: GPIPE and 1F1B share the entry's
+    Bubble), the one the split objective (search.staged.balance.pipeline_objective) takes?"""
+    return vpp == 1 and SCHEDULES[schedule].bubble is SCHEDULES[DEFAULT_SCHEDULE].bubble
+
+
+def pipeline_cutoff_s(problem: HeteroProblem, stage_times, microbatches: int) -> float:
+    """A floor of the pipeline part of the step of a split of these per-micro-batch stage works: the split
+    objective Σ t + (m − 1)·max t under 1F1B's bubble (``one_f_one_b_bubble``), else m·max t + the schedule's
+    bubble floor at ρ = 1 (``pipeline_floor_s``' rule, step.schedules.schedule_step_floor)."""
+    if one_f_one_b_bubble(problem.schedule, problem.vpp):
+        return pipeline_objective(stage_times, microbatches)
+    t = np.asarray(stage_times, dtype=float)
+    slowest, total, pp = float(t.max()), float(t.sum()), len(t)
+    return float(
+        schedule_step_floor(problem.schedule, problem.vpp, microbatches, pp, slowest, total, 1.0)
+    )
+
+
+def offloads(problem: HeteroProblem) -> bool:
+    """Does the problem offload anything (its offload switches, search.staged.axes.OFFLOAD_SWITCH_FIELDS)?"""
+    return problem.offload_weights or problem.offload_activations or problem.offload_optimizer
 
 
 def fixed_bounds(problem: HeteroProblem, stages: int) -> tuple[int, ...] | None:
@@ -144,6 +185,8 @@ def allowed_ranges(
     n = len(model_blocks(problem.model))
     ok = np.triu(np.ones((n + 1, n + 1), dtype=bool), k=1)  # non-empty ranges a < b
     ok &= memory["peak_bytes"] <= arr.capacity
+    if offloads(problem):  # what it offloads fits in host memory (step.result.StageMemory.fits)
+        ok &= memory["host_bytes"] <= arr.host_capacity
     fixed = fixed_bounds(problem, stages)
     if fixed is not None:  # the launcher's one split: its range only
         ok &= np.arange(n + 1)[:, None] == fixed[index]
@@ -191,7 +234,7 @@ def split_stages(
     tied = tied_embedding_sync_s(
         problem.model, problem.cluster, problem.common, settings[0], settings[-1]
     )
-    if pipeline_objective(split.stage_times, microbatches) + tied >= cutoff:
+    if pipeline_cutoff_s(problem, split.stage_times, microbatches) + tied >= cutoff:
         return None
     bounds = split.bounds
     stages = tuple(
