@@ -35,14 +35,23 @@ MOE_POOLS = {
 
 
 def _dense_problem(seed: int) -> HeteroProblem:
-    """A tiny dense model on two or three small pools of random systems, batch and sequence."""
+    """A tiny dense model on two or three small pools of random systems, batch and sequence, and random
+    run-wide axes (cp, the schedules, offload: search.staged.axes)."""
     rng = random.Random(seed)
     pools = [
         {"name": f"p{i}", "system": rng.choice(SYSTEMS), "nodes": 1, "gpus": rng.choice((2, 4))}
         for i in range(rng.choice((2, 3)))
     ]
     cluster = cluster_from_dict({"pools": pools})
-    return HeteroProblem(TINY, cluster, rng.choice((4, 8, 16)), rng.choice((128, 256)), "fp16")
+    axes = {
+        "cps": rng.choice(((1,), (1, 2))),
+        "schedules": rng.choice((None, ("1f1b", "zb-h1"), ("gpipe",))),
+        "vary_offload": rng.random() < 0.3,
+        "micro_batches": (1, 2),
+    }
+    return HeteroProblem(
+        TINY, cluster, rng.choice((4, 8, 16)), rng.choice((128, 256)), "fp16", **axes
+    )
 
 
 def _moe_problem(seed: int) -> HeteroProblem:
@@ -96,7 +105,7 @@ def _same_top_k(problem: HeteroProblem, top_k: int) -> None:
         assert c.label.startswith(hetero._label(settings, bounds, order))
 
 
-@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("seed", [0, 1, *(pytest.param(s, marks=pytest.mark.slow) for s in (2, 3))])
 def test_dense_search_returns_the_unpruned_top_k(seed):
     _same_top_k(_dense_problem(seed), top_k=4)
 
