@@ -113,6 +113,7 @@ from paraplan.step.stage_links import (  # noqa: F401 (re-exported: the searches
     p2p_links,
     p2p_time_s,
     reshard_peers,
+    sent_bytes,
     stage_gradient_group,
     stage_gradient_groups,
     synthetic_system,
@@ -210,18 +211,6 @@ def stage_arrays(
     )
 
 
-@lru_cache(maxsize=1024)
-def sent_bytes(model: ModelSpec, shape: LayerShape) -> np.ndarray:
-    """[k]: bytes of the activation a stage ending before block k sends on (step.stage_links.boundary_bytes of
-    block k − 1; 0 at k = 0), at the layer shape ``shape``. Memoised (read-only): the stages of a shape share it."""
-    blocks = model_blocks(model)
-    out = np.array(
-        [0.0] + [boundary_bytes(model, blocks, k - 1, shape) for k in range(1, len(blocks) + 1)]
-    )
-    out.setflags(write=False)
-    return out
-
-
 def stage_pools(setting: StageSetting) -> list[str]:
     """The pools a stage's GPUs are on, sorted by name."""
     return sorted({p for p, _, _ in setting.slices})
@@ -244,7 +233,7 @@ def stage_block_work_s(
 ) -> np.ndarray:
     """[k]: per-micro-batch seconds of block k of the block list on this stage, its slowest pool's: the max
     over its pools (``stage_units``) of the sum of its BlockTerms seconds (step.stage_blocks.per_block_parts;
-    no point-to-point, no tail). What search.staged.splits.lower_bound bounds a candidate's step with,
+    no point-to-point, no tail). What search.staged.splits.bound_s bounds a candidate's step with,
     worked out from the blocks alone (no StageArrays: its neighbours' links, its StepInputs)."""
     units = stage_units(model, cluster, common, setting)
     return np.max([sum(per_block_parts(model, u).values()) for u in units.values()], axis=0)
