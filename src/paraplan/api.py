@@ -47,7 +47,10 @@ from paraplan.specs.limits import (  # noqa: F401 (re-exported for the page)
 from paraplan.io.options import parse_price, parse_tokens  # noqa: F401 (re-exported for the page)
 from paraplan.io.referenced import MAX_YAML_BYTES  # noqa: F401 (re-exported for the page)
 from paraplan.search.space import PLAN_OBJECTIVES  # noqa: F401 (re-exported for the page)
-from paraplan.search.staged import AMP_SEARCH_AXES  # noqa: F401 (re-exported for the page)
+from paraplan.search.staged import (  # noqa: F401 (re-exported for the page)
+    AMP_SEARCH_AXES,
+    CLUSTER_SEARCH_OPTIONS,
+)
 from paraplan.step.schedules import route_length, route_position  # noqa: F401
 from paraplan.step.schedules import schedule_order, schedule_pairs  # noqa: F401
 from paraplan.specs.system import SystemSpec
