@@ -10,7 +10,15 @@ pytest.importorskip(
 )
 
 from starlette.testclient import TestClient
-from web_helpers import CLUSTER, SMALL, SWEEP, cluster_search, wait
+from web_helpers import (
+    CLUSTER,
+    MOE_CLUSTER,
+    SMALL,
+    SWEEP,
+    cluster_search,
+    moe_cluster_search,
+    wait,
+)
 
 from paraplan import api
 from paraplan.web.app import MAX_BODY, create_app
@@ -281,19 +289,6 @@ def test_a_pasted_cluster_names_catalog_systems_only(client):
     assert done["error"]["message"].startswith("cluster.pools[0].system: '/etc/passwd' is not")
 
 
-# a mixture-of-experts model on the cluster with the per-stage options beyond a dense model's: the expert
-# axes and routing spread (search.staged.experts), cp and the schedules (search.staged.axes), the budget
-MOE_CLUSTER = {"model": "qwen3-30b-a3b", "cluster-text": CLUSTER, "global-batch": "16", "top": "3"}
-MOE_CLUSTER |= {"tp": "1,2", "pp": "1,2", "micro-batch": "2", "recompute": "none", "cp": "1,2"}
-MOE_CLUSTER |= {
-    "ep": "4,8",
-    "etp": "1",
-    "dispatcher": "alltoall,allgather",
-    "expert-load-cv": "0.5",
-}
-MOE_CLUSTER |= {"schedule": "1f1b,zb-h1", "time-budget": "120"}
-
-
 def test_a_moe_cluster_request_gives_the_plans_of_search_cluster(client):
     """The page's cluster search of an MoE model with ep, etp, dispatcher, expert-load-cv, cp, schedule
     and time-budget: the plans (labels, step times) and the space of api.search_cluster given them."""
@@ -301,26 +296,7 @@ def test_a_moe_cluster_request_gives_the_plans_of_search_cluster(client):
     done = wait(client, job["id"])
     assert done["state"] == "done", done
     doc = done["result"]
-    found = api.search_cluster(
-        "qwen3-30b-a3b",
-        CLUSTER,
-        16,
-        top=3,
-        time_budget_s=120.0,
-        seq_length=2048,
-        dtype="bf16",
-        attention="flash",
-        tps=(1, 2),
-        pps=(1, 2),
-        micro_batches=(2,),
-        recompute=("none",),
-        cps=(1, 2),
-        schedules=("1f1b", "zb-h1"),
-        ep=(4, 8),
-        etp=(1,),
-        dispatchers=("alltoall", "allgather"),
-        expert_load_cv=0.5,
-    )
+    found = moe_cluster_search()
     assert found["plans"] and not found["stopped"]
     assert [(p["label"], p["step_time_s"]) for p in doc["plans"]] == [
         (p["label"], p["step_time_s"]) for p in found["plans"]

@@ -62,3 +62,43 @@ def cluster_search() -> dict:
         tps=(1, 2),
         pps=(1, 2),
     )
+
+
+# a mixture-of-experts model on CLUSTER with the per-stage options beyond a dense model's, as the page
+# takes them: the expert axes and routing spread (search.staged.experts), cp and the schedules
+# (search.staged.axes), the time budget
+MOE_CLUSTER = {"model": "qwen3-30b-a3b", "cluster-text": CLUSTER, "global-batch": "16", "top": "3"}
+MOE_CLUSTER |= {"tp": "1,2", "pp": "1,2", "micro-batch": "2", "recompute": "none", "cp": "1,2"}
+MOE_CLUSTER |= {
+    "ep": "4,8",
+    "etp": "1",
+    "dispatcher": "alltoall,allgather",
+    "expert-load-cv": "0.5",
+}
+MOE_CLUSTER |= {"schedule": "1f1b,zb-h1", "time-budget": "120"}
+
+
+def moe_cluster_search() -> dict:
+    """api.search_cluster of MOE_CLUSTER's problem: what the page's cluster search of it must show."""
+    from paraplan import api
+
+    return api.search_cluster(
+        "qwen3-30b-a3b",
+        CLUSTER,
+        16,
+        top=3,
+        time_budget_s=120.0,
+        seq_length=2048,
+        dtype="bf16",
+        attention="flash",
+        tps=(1, 2),
+        pps=(1, 2),
+        micro_batches=(2,),
+        recompute=("none",),
+        cps=(1, 2),
+        schedules=("1f1b", "zb-h1"),
+        ep=(4, 8),
+        etp=(1,),
+        dispatchers=("alltoall", "allgather"),
+        expert_load_cv=0.5,
+    )
