@@ -440,11 +440,14 @@ def search_cluster(
 ):
     """``paraplan search --cluster --json [--framework F]``: the AMP-style search over node pools (a
     file, a dict, or YAML/JSON text with a newline, held in memory); ``fields``: HeteroProblem fields
-    (seq_length, dtype, attention, tps, pps, micro_batches, recompute; a mixture-of-experts model's ep, etp,
-    dispatchers, capacity_factor, moe_balance, expert_load_cv); ``framework``: a profile, read
-    as the command reads it (search.staged.hetero.under_profile)."""
+    (seq_length, dtype, attention, tps, pps, micro_batches, recompute; the run-wide axes cps, schedules,
+    vary_offload: search.staged.axes; a mixture-of-experts model's ep, etp, dispatchers, capacity_factor,
+    moe_balance, expert_load_cv); ``framework``: a profile, read
+    as the command reads it (search.staged.hetero.under_profile). A listed axis the search would
+    search nothing of is refused as the command refuses it (search.staged.axes.axes_violations)."""
     from paraplan.catalog import load_framework
     from paraplan.catalog.clusters import load_cluster, pasted_cluster
+    from paraplan.search.staged.axes import axes_violations
     from paraplan.search.staged.hetero import HeteroProblem, search_cluster as run, under_profile
 
     if isinstance(cluster, str) and "\n" in cluster:  # held in memory: no file named in it is read
@@ -454,6 +457,8 @@ def search_cluster(
     if framework is not None:
         cluster_spec, fields = under_profile(load_framework(framework), cluster_spec, fields)
     problem = HeteroProblem(model_spec, cluster_spec, global_batch, **fields)
+    if refused := axes_violations(problem, seeded=False):
+        raise InputError.from_violations(refused)
     return run(problem, top_k=top, time_budget_s=time_budget_s).to_dict()
 
 

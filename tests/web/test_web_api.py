@@ -343,6 +343,8 @@ def test_the_cluster_form_takes_exactly_the_options_of_search_cluster():
         ({"dispatcher": "fast"}, "dispatcher"),
         ({"schedule": "dualpipe"}, "schedule"),
         ({"cp": "0"}, "cp"),
+        ({"cp": "3"}, "cp"),
+        ({"schedule": "interleaved"}, "schedule"),
         ({"time-budget": "-1"}, "time-budget"),
         ({"time-budget": "soon"}, "time-budget"),
         ({"expert-load-cv": "nan"}, "expert-load-cv"),

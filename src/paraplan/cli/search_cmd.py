@@ -54,7 +54,7 @@ from paraplan.cli.options import (
 )
 from paraplan.io.options import check_price, parse_tokens
 from paraplan.search.headroom import DEFAULT_MEMORY_HEADROOM, fit_note
-from paraplan.search.staged import AMP_SEARCH_AXES, STAGE_SEARCH_INPUTS
+from paraplan.search.staged import AMP_SEARCH_AXES, STAGE_SEARCH_AXES, STAGE_SEARCH_INPUTS
 from paraplan.specs.errors import InputError
 from paraplan.specs.limits import LARGE_BLOCKS, LARGE_COSTINGS, MAX_TOP
 
@@ -68,7 +68,16 @@ def launch_note(launches: list[list[str]]) -> str:
 # the options the per-stage searches (cli.hetero_cmd.search_hetero) honour, by parameter name (their inputs
 # and axes: search.staged; with --cluster also AMP_SEARCH_AXES); any other is refused
 HETERO_SEARCH_OPTIONS = frozenset(
-    {"system", "gpus", "cluster", "non_uniform", "as_json", "width", *STAGE_SEARCH_INPUTS}
+    {
+        "system",
+        "gpus",
+        "cluster",
+        "non_uniform",
+        "as_json",
+        "width",
+        *STAGE_SEARCH_INPUTS,
+        *STAGE_SEARCH_AXES,
+    }
 )
 RESTRICT_HINT = (
     "restrict axes for a faster search: --tp, --pp, --cp, --ep, --micro-batch, --dispatcher, --no-offload, "
@@ -153,9 +162,10 @@ def search(
     cluster: ClusterOption = None,
     non_uniform: switch(
         "--non-uniform",
-        help="per-stage GPUs / tp / recompute on one GPU type (cp 1; one ep / etp per plan; schedules "
-        "1f1b, interleaved, gpipe: zb-h1 and dualpipe per-stage plans are priced by estimate --plan, not "
-        "searched): Aceso-style search",
+        help="per-stage GPUs / tp / recompute on one GPU type (one ep / etp per plan; cp 1 unless --cp "
+        "lists more, one on every stage; schedule 1f1b and uniform seeds of 1f1b, interleaved, gpipe unless "
+        "--schedule lists them, zb-h1 among them; dualpipe is not searched, estimate --plan prices it; no "
+        "offload): Aceso-style search",
     ) = False,
     time_budget: given(
         float, "--time-budget", help="seconds for the --cluster and --non-uniform searches", min=0.0
@@ -210,6 +220,7 @@ def search(
             width,
             note,
             {AMP_SEARCH_AXES[k]: restrictions[k] for k in AMP_SEARCH_AXES}
+            | {field: restrictions[key] for key, field in STAGE_SEARCH_AXES.values()}
             | _expert_restrictions(axes, ep, etp, dispatcher, expert_load_cv),
             framework,
             "attention" in explicit_options(ctx, ("attention",)),

@@ -9,6 +9,13 @@ AMP_SEARCH_AXES = {
     "micro_batch": "micro_batches",
     "recompute": "recompute",
 }
+# the run-wide axes both per-stage searches (--cluster, --non-uniform) honour (search.staged.axes), by the CLI's
+# parameter name -> (the key of cli.app.search_restrictions' dict, the hetero.HeteroProblem field): the uniform
+# search's --cp and --schedule, read by its parsers
+STAGE_SEARCH_AXES = {
+    "cp": ("cp", "cps"),
+    "schedule": ("schedules", "schedules"),
+}
 # the other options both per-stage searches take, by the CLI's parameter name -> the keyword of
 # api.search_cluster (a hetero.HeteroProblem field, or the search's own: model, global_batch, top,
 # time_budget_s, framework): the run's inputs, an MoE model's axes and routing spread (search.staged.
@@ -30,3 +37,4 @@ STAGE_SEARCH_INPUTS = {
 }
 # every option the AMP-style search (``search --cluster FILE``, api.search_cluster) honours -> its keyword
 CLUSTER_SEARCH_OPTIONS = {"cluster": "cluster", **STAGE_SEARCH_INPUTS, **AMP_SEARCH_AXES}
+CLUSTER_SEARCH_OPTIONS |= {name: field for name, (_, field) in STAGE_SEARCH_AXES.items()}
