@@ -297,7 +297,7 @@ def test_a_moe_cluster_request_gives_the_plans_of_search_cluster(client):
     assert done["state"] == "done", done
     doc = done["result"]
     found = moe_cluster_search()
-    assert found["plans"] and not found["stopped"]
+    assert found["plans"] and found["finished"]
     assert [(p["label"], p["step_time_s"]) for p in doc["plans"]] == [
         (p["label"], p["step_time_s"]) for p in found["plans"]
     ]
