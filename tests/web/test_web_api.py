@@ -3,6 +3,8 @@ input with the CLI's one-line error, the size limit, cancel and the time limit o
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 pytest.importorskip(
@@ -306,6 +308,46 @@ def test_a_moe_cluster_request_gives_the_plans_of_search_cluster(client):
     plain = {k: v for k, v in MOE_CLUSTER.items() if k not in ("cp", "schedule", "dispatcher")}
     other = wait(client, client.post("/api/search", json={"params": plain}).json()["id"])
     assert other["state"] == "done" and other["result"]["space"] < doc["space"], other
+
+
+def test_a_cluster_request_with_a_framework_reads_it_as_the_command(client, cli, tmp_path):
+    """A framework with the cluster: its stack and plan defaults, its attention where none is given
+    (megatron-lm-2021's is not FlashAttention), the plans of api.search_cluster and of ``paraplan search
+    --cluster --framework --json``."""
+    params = {"model": "gpt3-1.3b", "cluster-text": CLUSTER, "global-batch": "32", "top": "3"}
+    params |= {"tp": "1,2", "pp": "1,2", "framework": "megatron-lm-2021"}
+    done = wait(client, client.post("/api/search", json={"params": params}).json()["id"])
+    assert done["state"] == "done", done
+    steps = [p["step_time_s"] for p in done["result"]["plans"]]
+    found = api.search_cluster(
+        "gpt3-1.3b",
+        CLUSTER,
+        32,
+        top=3,
+        seq_length=2048,
+        framework="megatron-lm-2021",
+        tps=(1, 2),
+        pps=(1, 2),
+    )
+    assert steps == [p["step_time_s"] for p in found["plans"]] and steps
+    (tmp_path / "cluster.yaml").write_text(CLUSTER)
+    argv = ["--model", "gpt3-1.3b", "--cluster", str(tmp_path / "cluster.yaml"), "--top", "3"]
+    argv += [
+        "--global-batch",
+        "32",
+        "--tp",
+        "1,2",
+        "--pp",
+        "1,2",
+        "--framework",
+        "megatron-lm-2021",
+    ]
+    code, out, err = cli("search", *argv, "--json")
+    assert code == 0, err
+    assert steps == [p["step_time_s"] for p in json.loads(out)["plans"]]
+    assert steps != [
+        p["step_time_s"] for p in cluster_search()["plans"]
+    ]  # the profile's, not flash
 
 
 def test_the_cluster_form_takes_exactly_the_options_of_search_cluster():
