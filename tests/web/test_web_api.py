@@ -310,6 +310,17 @@ def test_a_moe_cluster_request_gives_the_plans_of_search_cluster(client):
     assert other["state"] == "done" and other["result"]["space"] < doc["space"], other
 
 
+def _command(tmp_path, params: dict) -> list[str]:
+    """``paraplan search --cluster FILE`` with the page's options ``params`` (the same names), the
+    pasted cluster written to FILE."""
+    (tmp_path / "cluster.yaml").write_text(params["cluster-text"])
+    argv = ["search", "--cluster", str(tmp_path / "cluster.yaml")]
+    for flag, value in params.items():
+        if flag != "cluster-text":
+            argv += [f"--{flag}", value]
+    return argv
+
+
 def test_a_cluster_request_with_a_framework_reads_it_as_the_command(client, cli, tmp_path):
     """A framework with the cluster: its stack and plan defaults, its attention where none is given
     (megatron-lm-2021's is not FlashAttention), the plans of api.search_cluster and of ``paraplan search
@@ -330,19 +341,7 @@ def test_a_cluster_request_with_a_framework_reads_it_as_the_command(client, cli,
         pps=(1, 2),
     )
     assert steps == [p["step_time_s"] for p in found["plans"]] and steps
-    (tmp_path / "cluster.yaml").write_text(CLUSTER)
-    argv = ["--model", "gpt3-1.3b", "--cluster", str(tmp_path / "cluster.yaml"), "--top", "3"]
-    argv += [
-        "--global-batch",
-        "32",
-        "--tp",
-        "1,2",
-        "--pp",
-        "1,2",
-        "--framework",
-        "megatron-lm-2021",
-    ]
-    code, out, err = cli("search", *argv, "--json")
+    code, out, err = cli(*_command(tmp_path, params), "--json")
     assert code == 0, err
     assert steps == [p["step_time_s"] for p in json.loads(out)["plans"]]
     assert steps != [
@@ -404,12 +403,7 @@ def test_a_bad_cluster_option_is_the_commands_one_line_error(client, cli, tmp_pa
         done = wait(client, response.json()["id"])
         assert done["state"] == "error", done
         error = done["error"]
-    (tmp_path / "cluster.yaml").write_text(CLUSTER)
-    argv = ["search", "--model", "qwen3-30b-a3b", "--cluster", str(tmp_path / "cluster.yaml")]
-    for flag, value in params.items():
-        if flag not in ("model", "cluster-text"):
-            argv += [f"--{flag}", value]
-    code, _, err = cli(*argv)
+    code, _, err = cli(*_command(tmp_path, params))
     assert code == 2 and err.strip() == f"error: {error['message']}", (err, error)
     assert error["field"] == field
 

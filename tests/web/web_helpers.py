@@ -46,21 +46,22 @@ pools:
 """
 
 
-def cluster_search() -> dict:
-    """api.search_cluster of GPT-3 1.3B on CLUSTER, global batch 32, tp and pp in {1, 2}, top 3: what
-    the page's cluster search (those fields filled) must show."""
+def cluster_search(model: str = "gpt3-1.3b", global_batch: int = 32, **fields) -> dict:
+    """api.search_cluster of ``model`` on CLUSTER, top 3, sequence 2048, bf16, FlashAttention, with
+    ``fields`` (default: GPT-3 1.3B, global batch 32, tp and pp in {1, 2}): what the page's cluster
+    search (those fields filled) must show."""
     from paraplan import api
 
+    fields = fields or {"tps": (1, 2), "pps": (1, 2)}
     return api.search_cluster(
-        "gpt3-1.3b",
+        model,
         CLUSTER,
-        32,
+        global_batch,
         top=3,
         seq_length=2048,
         dtype="bf16",
         attention="flash",
-        tps=(1, 2),
-        pps=(1, 2),
+        **fields,
     )
 
 
@@ -80,25 +81,13 @@ MOE_CLUSTER |= {"schedule": "1f1b,zb-h1", "time-budget": "120"}
 
 def moe_cluster_search() -> dict:
     """api.search_cluster of MOE_CLUSTER's problem: what the page's cluster search of it must show."""
-    from paraplan import api
-
-    return api.search_cluster(
-        "qwen3-30b-a3b",
-        CLUSTER,
-        16,
-        top=3,
-        time_budget_s=120.0,
-        seq_length=2048,
-        dtype="bf16",
-        attention="flash",
-        tps=(1, 2),
-        pps=(1, 2),
-        micro_batches=(2,),
-        recompute=("none",),
-        cps=(1, 2),
-        schedules=("1f1b", "zb-h1"),
-        ep=(4, 8),
-        etp=(1,),
-        dispatchers=("alltoall", "allgather"),
-        expert_load_cv=0.5,
-    )
+    axes = {
+        "tps": (1, 2),
+        "pps": (1, 2),
+        "micro_batches": (2,),
+        "recompute": ("none",),
+        "cps": (1, 2),
+    }
+    axes |= {"schedules": ("1f1b", "zb-h1"), "ep": (4, 8), "etp": (1,), "expert_load_cv": 0.5}
+    axes |= {"dispatchers": ("alltoall", "allgather"), "time_budget_s": 120.0}
+    return cluster_search("qwen3-30b-a3b", 16, **axes)
