@@ -293,8 +293,10 @@ def zero2_partition_bytes(grad_bytes: float) -> float:
     ``grads_in_partition`` (``copy_grads_in_partition``: read, write), and the epilogue
     (``independent_gradient_partition_epilogue``, every micro-batch: DeepSpeedEngine.allreduce_gradients
     calls it where ``zero_optimization_partition_gradients``) adds them into ``averaged_gradients``
-    (``accumulated_grad.add_(new_avg_grad)``: read two, write one), on the compute stream without
-    overlap_comm (stage_1_and_2.py 747-790, 1315-1349, 1351-1402 at 0050fdad; engine.py 1914-1928)."""
+    (``accumulated_grad.add_(new_avg_grad)``: read two, write one), on the compute stream (stage_1_and_2.py
+    747-790, 1315-1349, 1351-1402 at 0050fdad; engine.py 1914-1928). With overlap_comm the partition copy
+    runs on ``reduction_stream`` (1368-1369); priced on the compute stream alike, a simplification. None
+    of the two runs where the optimizer is offloaded (step.constants.offloaded_partition_accumulation)."""
     return 2.0 * grad_bytes + 3.0 * grad_bytes
 
 
