@@ -144,38 +144,27 @@ def test_zero0_optimizer_step_by_hand():
     assert e1.breakdown.optimizer_s == pytest.approx(params / 8 * 54.0 / (3.35e12 * 0.85), rel=1e-9)
 
 
-def test_norm_extra_bytes_by_hand():
-    """bf16_optimizer_norm_extra_bytes: (P − owned) · 4 B where the BF16_Optimizer runs (zero 0; zero 1 with
-    fp32 gradients), 0 at zero 1 with bf16 gradients, at zero 2 and on a stack that never runs it."""
-    stage = SimpleNamespace()
-    inp = _inp(np.array([0, 1, 2]), True)
-    inp.gradient_groups = {"dense": None}
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(bf16_sync, "stage_params", lambda s, name: 800.0)
-        assert list(bf16_optimizer_norm_extra_bytes(inp, stage, 100.0)) == [2800.0, 2800.0, 0.0]
-        no_zero1 = _inp(1, False)
-        no_zero1.gradient_groups = {"dense": None}
-        assert bf16_optimizer_norm_extra_bytes(no_zero1, stage, 100.0) == 0.0
-        other = _inp(0, True, stack_runs_it=False)
-        assert bf16_optimizer_norm_extra_bytes(other, stage, 100.0) == 0.0
-
-
-def test_clear_extra_bytes_by_hand():
-    """bf16_optimizer_clear_extra_bytes: clear_hp_grads zeroes the whole fp32 gradient (a write of 4 B per
-    parameter), the owned part counted in optimizer_step_bytes: (800 − 100) · 4 B where the BF16_Optimizer
-    runs, 0 at zero 1 with bf16 gradients, at zero 2 and on a stack that never runs it."""
+@pytest.mark.parametrize(
+    "extra",
+    [bf16_optimizer_norm_extra_bytes, bf16_optimizer_clear_extra_bytes],
+    ids=["norm", "clear"],
+)
+def test_unsharded_extra_bytes_by_hand(extra):
+    """bf16_optimizer_norm_extra_bytes (the norm's read) and bf16_optimizer_clear_extra_bytes
+    (clear_hp_grads' zeroing, a write): (P − owned) · 4 B each where the BF16_Optimizer runs (zero 0; zero 1
+    with fp32 gradients), 0 at zero 1 with bf16 gradients, at zero 2 and on a stack that never runs it."""
     assert bf16_optimizer_clear_bytes() == 4.0
     stage = SimpleNamespace()
     inp = _inp(np.array([0, 1, 2]), True)
     inp.gradient_groups = {"dense": None}
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(bf16_sync, "stage_params", lambda s, name: 800.0)
-        assert list(bf16_optimizer_clear_extra_bytes(inp, stage, 100.0)) == [2800.0, 2800.0, 0.0]
+        assert list(extra(inp, stage, 100.0)) == [2800.0, 2800.0, 0.0]
         no_zero1 = _inp(1, False)
         no_zero1.gradient_groups = {"dense": None}
-        assert bf16_optimizer_clear_extra_bytes(no_zero1, stage, 100.0) == 0.0
+        assert extra(no_zero1, stage, 100.0) == 0.0
         other = _inp(0, True, stack_runs_it=False)
-        assert bf16_optimizer_clear_extra_bytes(other, stage, 100.0) == 0.0
+        assert extra(other, stage, 100.0) == 0.0
 
 
 def test_fallback_copy_bytes_by_hand():
