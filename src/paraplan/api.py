@@ -437,8 +437,9 @@ def search_cluster(
 ):
     """``paraplan search --cluster --json [--framework F]``: the AMP-style search over node pools (a
     file, a dict, or YAML/JSON text with a newline, held in memory); ``fields``: HeteroProblem fields
-    (seq_length, dtype, attention, tps, pps, micro_batches, recompute; a mixture-of-experts model's ep, etp,
-    dispatchers, capacity_factor, moe_balance, expert_load_cv); ``framework``: a profile, read
+    (seq_length, dtype, attention, tps, pps, micro_batches, recompute; the run-wide axes cps, schedules,
+    vary_offload: search.staged.axes; a mixture-of-experts model's ep, etp, dispatchers, capacity_factor,
+    moe_balance, expert_load_cv); ``framework``: a profile, read
     as the command reads it (search.staged.hetero.under_profile)."""
     from paraplan.catalog import load_framework
     from paraplan.catalog.clusters import load_cluster, pasted_cluster

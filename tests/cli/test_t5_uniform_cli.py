@@ -154,8 +154,10 @@ def test_search_runs_the_amp_style_search(cli):
         (["search", *T5, "--gpus", "16", "--seq-length", "512"], "--global-batch: missing"),
         (
             [*SEARCH, "--cp", "2", "--objective", "cost"],
-            "--objective, --cp: not allowed for an encoder-decoder model",
+            "--objective: not allowed for an encoder-decoder model",
         ),
+        # --cp is one of the per-stage searches' axes (search.staged.axes); an encoder-decoder takes cp 1
+        ([*SEARCH, "--cp", "2"], "--cp: '2' is not allowed; an encoder-decoder's cross-attention"),
         ([*SEARCH, "--exhaustive"], "--exhaustive: not allowed"),
     ],
 )

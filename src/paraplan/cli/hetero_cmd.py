@@ -215,13 +215,15 @@ def search_hetero(
 ) -> HeteroResult:
     """``paraplan search --cluster FILE`` (AMP-style) or ``--non-uniform`` (Aceso-style); ``note`` ends the header
     line; ``restrictions``: HeteroProblem axis fields (AMP-style only: tps, pps, micro_batches, recompute;
-    both: an MoE model's ep, etp, dispatchers and expert_load_cv, search.staged.experts);
+    both: cps, schedules, search.staged.axes, and an MoE model's ep, etp, dispatchers and expert_load_cv,
+    search.staged.experts);
     ``framework``: a profile's stack on every pool and its plan defaults (profile_fields), as
     ``estimate --plan --framework`` prices a per-stage plan; ``attention_given``: --attention was stated
     (else the profile's attention default wins); ``dtype_given``: --dtype was stated. Those not stated
     are chosen for the cluster's accelerators (cli.app.accelerator_precision_defaults: fp16 and unfused
     attention where a pool is a V100 / T4), as ``search --system`` chooses them."""
     from paraplan.cli.app import accelerator_precision_defaults, load_framework_option
+    from paraplan.search.staged.axes import axes_violations
     from paraplan.search.staged.hetero import HeteroProblem, search_cluster, under_profile
     from paraplan.search.staged.non_uniform import search_non_uniform
 
@@ -242,6 +244,8 @@ def search_hetero(
     problem = HeteroProblem(
         model_spec, cluster_spec, global_batch, seq_length, dtype, attention, **given
     )
+    if refused := axes_violations(problem, seeded=non_uniform):
+        raise InputError.from_violations(refused)
     result = (
         search_non_uniform(problem, top_k=top, time_budget_s=time_budget_s)
         if non_uniform

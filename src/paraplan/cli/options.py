@@ -51,7 +51,9 @@ ClusterOption = optional(
     Path,
     "--cluster",
     help="cluster of node pools (YAML/JSON): a non-uniform --plan's GPUs, or an AMP-style search "
-    "(cp 1; one ep / etp per plan, an MoE stage on one pool; schedule 1f1b)",
+    "(one ep / etp per plan, an MoE stage on one pool; cp 1 unless --cp lists more, one on every stage; "
+    "schedule 1f1b unless --schedule lists 1f1b, gpipe, zb-h1; dualpipe and interleaved are not searched; "
+    "no offload)",
 )
 
 

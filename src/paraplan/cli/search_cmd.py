@@ -54,7 +54,7 @@ from paraplan.cli.options import (
 )
 from paraplan.io.options import check_price, parse_tokens
 from paraplan.search.headroom import DEFAULT_MEMORY_HEADROOM, fit_note
-from paraplan.search.staged import AMP_SEARCH_AXES
+from paraplan.search.staged import AMP_SEARCH_AXES, STAGE_SEARCH_AXES
 from paraplan.specs.errors import InputError
 from paraplan.specs.limits import LARGE_BLOCKS, LARGE_COSTINGS, MAX_TOP
 
@@ -74,6 +74,7 @@ HETERO_SEARCH_OPTIONS = frozenset(
         "cluster",
         "non_uniform",
         "time_budget",
+        *STAGE_SEARCH_AXES,
         "global_batch",
         "seq_length",
         "dtype",
@@ -172,9 +173,10 @@ def search(
     cluster: ClusterOption = None,
     non_uniform: switch(
         "--non-uniform",
-        help="per-stage GPUs / tp / recompute on one GPU type (cp 1; one ep / etp per plan; schedules "
-        "1f1b, interleaved, gpipe: zb-h1 and dualpipe per-stage plans are priced by estimate --plan, not "
-        "searched): Aceso-style search",
+        help="per-stage GPUs / tp / recompute on one GPU type (one ep / etp per plan; cp 1 unless --cp "
+        "lists more, one on every stage; schedule 1f1b and uniform seeds of 1f1b, interleaved, gpipe unless "
+        "--schedule lists them, zb-h1 among them; dualpipe is not searched, estimate --plan prices it; no "
+        "offload): Aceso-style search",
     ) = False,
     time_budget: given(
         float, "--time-budget", help="seconds for the --cluster and --non-uniform searches", min=0.0
@@ -229,6 +231,7 @@ def search(
             width,
             note,
             {AMP_SEARCH_AXES[k]: restrictions[k] for k in AMP_SEARCH_AXES}
+            | {field: restrictions[key] for key, field in STAGE_SEARCH_AXES.values()}
             | _expert_restrictions(axes, ep, etp, dispatcher, expert_load_cv),
             framework,
             "attention" in explicit_options(ctx, ("attention",)),

@@ -107,10 +107,7 @@ class GridAxes:
         return memo[(pp, microbatches)]
 
     def _schedule_options(self, pp: int, microbatches: int) -> list[ScheduleOption]:
-        allowed = self.schedules or SCHEDULES
-        if self.schedules is None and not moe_shaped(self.model):
-            allowed = tuple(a for a in allowed if a not in SPLIT_BACKWARD_SCHEDULES)
-        allowed = tuple(a for a in allowed if launch.schedule_allowed(self.framework, a))
+        allowed = searched_schedules(self.schedules, self.model, self.framework)
         splits = self.split_options(pp)
         out: list[ScheduleOption] = []
         for entry in _OPTION_ORDER:  # without pipeline stages the default schedule alone
@@ -301,11 +298,31 @@ class GridAxes:
 
     @cached_property
     def offload_options(self) -> list[OffloadOption]:
-        """(weights, activations, optimizer) offload switches; all off where the system cannot offload
-        (specs.rules_offload.offload_rule)."""
-        acc = self.system.accelerator
-        if not (self.vary_offload and launch.offloads_allowed(self.framework)):
-            return [OffloadOption(False, False, False)]
-        if offload_rule(True, acc.host_bandwidth, acc.host_memory, self.system.name):
-            return [OffloadOption(False, False, False)]
-        return [OffloadOption(*switches) for switches in itertools.product([False, True], repeat=3)]
+        """(weights, activations, optimizer) offload switches (``offload_switches`` on the system)."""
+        return offload_switches(self.vary_offload, self.framework, [self.system])
+
+
+def searched_schedules(schedules: tuple[str, ...] | None, model, framework: str | None) -> tuple:
+    """The schedules a search lists: ``schedules`` (``--schedule``; None: every one, SCHEDULES, less the
+    split-backward ones, SPLIT_BACKWARD_SCHEDULES, for a model not shaped like the DeepSeek-V3-class models
+    that run them, specs.moe_model.moe_shaped), those the framework's launcher runs
+    (search.launch.schedule_allowed). The uniform search's and the per-stage searches' (search.staged.axes)."""
+    allowed = schedules or SCHEDULES
+    if schedules is None and not moe_shaped(model):
+        allowed = tuple(a for a in allowed if a not in SPLIT_BACKWARD_SCHEDULES)
+    return tuple(a for a in allowed if launch.schedule_allowed(framework, a))
+
+
+def offload_switches(vary: bool, framework: str | None, systems) -> list[OffloadOption]:
+    """(weights, activations, optimizer) offload switches a search varies: every combination where ``vary``
+    (not ``--no-offload``), the framework's launcher offloads (search.launch.offloads_allowed) and each of
+    ``systems`` declares its host link and memory (specs.rules_offload.offload_rule); else all off. The
+    uniform search's (one system) and the per-stage searches' (the cluster's pools, search.staged.axes)."""
+    off = [OffloadOption(False, False, False)]
+    if not (vary and launch.offloads_allowed(framework)):
+        return off
+    for system in systems:
+        acc = system.accelerator
+        if offload_rule(True, acc.host_bandwidth, acc.host_memory, system.name):
+            return off
+    return [OffloadOption(*switches) for switches in itertools.product([False, True], repeat=3)]

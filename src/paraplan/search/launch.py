@@ -180,7 +180,7 @@ def searched_modes(
     """The recomputation modes a search varies at context-parallel degree ``cp``: of ``restriction``
     (``--recompute``; None: every one) those the search with ``framework`` varies (recompute_modes) and
     the model takes (mode_refusal). The one rule of the uniform search (search.space) and of the per-stage
-    searches (search.staged, cp = 1: a stage states any mode, specs.recompute.stage_fields)."""
+    searches (search.staged, at each stage's cp: a stage states any mode, specs.recompute.stage_fields)."""
     offered = recompute_modes(framework)
     return tuple(
         r for r in (restriction or offered) if r in offered and not mode_refusal(model, cp, r)
@@ -382,24 +382,26 @@ def fixed_split(framework: str | None, layers: int, pp: int) -> tuple[int, ...] 
 
 def stage_plan_allowed(framework: str | None, problem, stages: Sequence[StageSetting]) -> bool:
     """Does the framework's launcher run a per-stage candidate: ``stages`` the settings of each pipeline
-    stage (step.stage_links.StageSetting: its ``dims``' tp and dp, recompute, recompute_ops), with
+    stage (step.stage_links.StageSetting: its ``dims``' tp, cp and dp, recompute, recompute_ops), with
     ``problem``'s run-wide settings (a search.staged HeteroProblem)? One tp, dp and recompute mode on every
-    stage, no per-op recomputation that is no mode (module doc; specs.recompute.stage_mode), and the
+    stage (cp too), no per-op recomputation that is no mode (module doc; specs.recompute.stage_mode), and the
     uniform search's rules at those degrees: recompute_allowed, schedule_allowed, degrees_allowed,
     state_allowed, layout_allowed, sequence_parallel_allowed, tp_overlap_allowed."""
     if not restricted(framework):
         return True
-    stated = {(s.dims.tp, s.dims.dp, stage_mode(s.recompute, s.recompute_ops)) for s in stages}
+    stated = {
+        (s.dims.tp, s.dims.cp, s.dims.dp, stage_mode(s.recompute, s.recompute_ops)) for s in stages
+    }
     if len(stated) > 1:
         return False
-    (tp, _, mode), pp, sp = stated.pop(), len(stages), problem.sequence_parallel
+    (tp, cp, _, mode), pp, sp = stated.pop(), len(stages), problem.sequence_parallel
     if mode is None:
         return False
     fp8_primary = problem.dtype == "fp8" and not problem.runtime.fp8_weight_copies
     return (
         recompute_allowed(framework, mode)
         and schedule_allowed(framework, problem.schedule)
-        and degrees_allowed(framework, tp, 1, problem.seq_length)
+        and degrees_allowed(framework, tp, cp, problem.seq_length)
         and state_allowed(
             framework,
             problem.zero,

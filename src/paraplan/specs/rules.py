@@ -404,7 +404,7 @@ def stage_rules(
     (cp_rule, ulysses_rule under ``cp_algorithm``), each pool's slice of the stage holds whole TP (and CP)
     groups (pool_slice_rule), the stage's dp splits every micro-batch into whole samples (batch_rule),
     sequence parallelism splits each rank's s/cp tokens over tp (sequence_parallel_rule). The per-stage
-    check (specs.stage_plan) and the per-stage searches (search.staged, cp = 1) both ask it."""
+    check (specs.stage_plan) and the per-stage searches (search.staged, at their ``--cp`` degrees) both ask it."""
     tp, cp, stage = dims.tp, dims.cp, f"plan.stages.{index}"
     out: list[Rule] = [(f"{stage}.tp", tp, rule) for rule in tp_rules(model, tp)]
     if rule := cp_rule(seq_length, cp):

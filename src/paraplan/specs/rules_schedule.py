@@ -151,3 +151,17 @@ def mirrored_stages_rule(schedule: str, stages: list) -> tuple[int, str] | None:
                 f"rank holds stage i and stage pp − 1 − i); give them the same devices, tp, cp and dp"
             )
     return None
+
+
+def per_stage_schedules_rule(schedules: tuple[str, ...] | None) -> tuple[list[str], str] | None:
+    """(the schedules refused, why) or None: the per-stage searches (search.staged: HeteroProblem.schedules,
+    ``--schedule``) list no schedule whose stages run mirrored (ScheduleRules ``mirrored``: DualPipe's rank i
+    runs stages i and p − 1 − i, ``mirrored_stages_rule``), whose range matrices would need each range paired
+    with its mirror's (step.per_stage.stage_terms holds a stage's memory unpaired); ``estimate --plan`` prices
+    such a per-stage plan. An unknown name is refused too."""
+    allowed = [r.name for r in SCHEDULE_RULES.values() if not r.mirrored]
+    refused = [s for s in schedules or () if s not in allowed]
+    if refused:
+        why = "the per-stage searches pair no mirrored stages (DualPipe: estimate --plan prices it)"
+        return refused, f"{why}; allowed: {', '.join(allowed)}"
+    return None

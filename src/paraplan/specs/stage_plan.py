@@ -9,7 +9,8 @@ Context parallelism: a stage may state ``cp`` (default 1; dp then defaults to gp
 a uniform plan's cp rules (specs.rules.stage_rules: cp_rule, ulysses_rule under the plan's cp_algorithm)
 and priced as a uniform plan prices it (step.per_stage). Every stage runs the same cp
 (specs.rules.stage_cp_rule: Megatron-Core and torchtitan run one context-parallel group size per model,
-and no engine reshards a sequence between stages); the per-stage searches keep cp = 1.
+and no engine reshards a sequence between stages); the per-stage searches search the cp degrees of
+``--cp`` (search.staged.axes, default 1).
 
 Expert parallelism: a stage of a mixture-of-experts model may state ``ep`` and ``etp`` (default 1; the expert
 grid etp·ep·edp carved out of its tp·cp·dp ranks), the plan the run's MoE knobs (EXPERT_KNOBS, a uniform

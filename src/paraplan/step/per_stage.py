@@ -269,14 +269,14 @@ def stage_p2p(
 
 
 def stage_terms(stage: Stage, index: int) -> dict:
-    """Per-micro-batch work and its parts, tail (exposed DP sync + optimizer) and memory of one stage (floats,
-    or [n+1, n+1] arrays over block ranges) through step.compose's stage_work under the runtime
-    (runtime_work: what compose_step takes the slowest of), tail_terms and stage_memory_terms on the stage's
-    own StepInputs."""
+    """Per-micro-batch work and its parts, tail (exposed DP sync + optimizer + optimizer offload) and
+    memory of one stage (floats, or [n+1, n+1] arrays over block ranges) through step.compose's stage_work
+    under the runtime (runtime_work: what compose_step takes the slowest of), tail_terms and
+    stage_memory_terms on the stage's own StepInputs."""
     work = runtime_work(
         stage.inputs, stage, stage_work(stage, split_backward_on(stage.inputs.knobs))
     )
-    dp, optimizer, _ = tail_terms(stage.inputs, stage, work)
+    dp, optimizer, offload = tail_terms(stage.inputs, stage, work)
     memory = stage_memory_terms(stage.inputs, stage, index)
     out = dict(
         work,
@@ -287,7 +287,9 @@ def stage_terms(stage: Stage, index: int) -> dict:
         peak=memory["peak_bytes"],
     )
     out["work"] = sum(work.values())
-    out["tail"] = dp + optimizer
+    out["tail"] = (
+        dp + optimizer + offload
+    )  # the optimizer offload's transfers too (step.tail.tail_terms)
     return out
 
 

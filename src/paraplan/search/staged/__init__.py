@@ -9,3 +9,10 @@ AMP_SEARCH_AXES = {
     "micro_batch": "micro_batches",
     "recompute": "recompute",
 }
+# the run-wide axes both per-stage searches (--cluster, --non-uniform) honour (search.staged.axes), by the CLI's
+# parameter name -> (the key of cli.app.search_restrictions' dict, the hetero.HeteroProblem field): the uniform
+# search's --cp and --schedule, read by its parsers
+STAGE_SEARCH_AXES = {
+    "cp": ("cp", "cps"),
+    "schedule": ("schedules", "schedules"),
+}

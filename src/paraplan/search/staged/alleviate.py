@@ -40,7 +40,7 @@ from paraplan.specs.rules import stage_degree_rule
 @dataclass(frozen=True)
 class StageConfig:
     """One stage: its layers, its degrees (tp·cp·dp GPUs, pp 1: the plan's depth is the stage count;
-    the per-stage searches keep cp = 1, specs.stage_plan) and its recompute."""
+    one cp on every stage, specs.rules.stage_cp_rule) and its recompute."""
 
     layers: int
     dims: ParallelDims
@@ -55,11 +55,14 @@ class StageConfig:
         tp: int = 1,
         recompute: str = "none",
         recompute_ops: tuple[str, ...] = (),
+        cp: int = 1,
     ) -> StageConfig:
-        """A stage of ``gpus`` GPUs at ``tp`` (cp 1, dp = gpus / tp); ValueError unless tp divides them."""
-        if rule := stage_degree_rule(gpus, tp, 0):
+        """A stage of ``gpus`` GPUs at ``tp`` and ``cp`` (dp = gpus / (tp·cp)); ValueError unless tp·cp
+        divides them."""
+        if rule := stage_degree_rule(gpus, tp, 0, cp):
             raise ValueError(rule)
-        return cls(layers, ParallelDims(tp=tp, dp=gpus // tp), recompute, tuple(recompute_ops))
+        dims = ParallelDims(tp=tp, cp=cp, dp=gpus // (tp * cp))
+        return cls(layers, dims, recompute, tuple(recompute_ops))
 
     @property
     def gpus(self) -> int:

@@ -2,7 +2,9 @@
 
 ``search_cluster`` (AMP-style, ``paraplan search --cluster FILE``): over device placements (the order
 in which the pools take the pipeline's ranks, search.staged.pool_orders: listed lazily, interchangeable
-pools once, counted in closed form with the rest of the space by ``cluster_space_size``), tp/dp/pp degrees and micro-batch sizes, with ranks
+pools once, counted in closed form with the rest of the space by ``cluster_space_size``), tp/cp/dp/pp
+degrees (cp one of ``problem.cps`` on every stage), micro-batch sizes and the run-wide variants (schedule,
+offloads: search.staged.axes), with ranks
 ordered (pp, dp, tp) outermost first as AMP does (Li et al. 2022, arXiv:2210.07297, §3.1); for each
 candidate the layer split is the optimum of the pipeline objective found by
 search.staged.balance.balance_split (search.staged.splits) over the stage-cost matrices of step.per_stage.range_matrices (every
@@ -31,6 +33,13 @@ from itertools import pairwise
 from typing import NamedTuple
 
 from paraplan.search.staged.alleviate import recompute_label
+from paraplan.search.staged.axes import (
+    cp_allowed,
+    searched_offloads,
+    takes_depth,
+    variant_note,
+    variants,
+)
 from paraplan.search.staged.experts import (
     expert_label,
     expert_options,
@@ -144,6 +153,8 @@ def _plan_from(
     for st, a, b in zip(settings, bounds, bounds[1:]):
         devices = [{"pool": p, "gpus": c} for p, _, c in st.slices]
         stage = {"devices": devices, "blocks": [a, b], "tp": st.dims.tp, "recompute": st.recompute}
+        if st.dims.cp > 1:
+            stage["cp"] = st.dims.cp
         stage |= stage_expert_fields(problem, st)
         if st.recompute_ops:
             stage["recompute_ops"] = list(st.recompute_ops)
@@ -161,6 +172,7 @@ def _plan_from(
         "overlap_param_gather": problem.overlap_param_gather,
         "overlap_tp_comm": problem.overlap_tp_comm,
         "sequence_parallel": problem.sequence_parallel,
+        **searched_offloads(problem),
         **problem.runtime.model_dump(),
         **plan_expert_fields(problem),
         "stages": stages,
@@ -182,10 +194,11 @@ def _label(settings: list[StageSetting], bounds, order) -> str:
     uniform = all(
         s.dims.tp == st.dims.tp and s.dims.dp == st.dims.dp and rc(s) == rc(st) for s in settings
     )
+    cp = f" cp{st.dims.cp}" if st.dims.cp > 1 else ""  # one cp on every stage
     head = (
-        f"tp{st.dims.tp} dp{st.dims.dp} pp{len(settings)} mb{st.micro_batch} rc {rc(st)}"
+        f"tp{st.dims.tp}{cp} dp{st.dims.dp} pp{len(settings)} mb{st.micro_batch} rc {rc(st)}"
         if uniform
-        else "per-stage " + " | ".join(f"{s.dims.tp}x{s.dims.dp} {rc(s)}" for s in settings)
+        else f"per-stage{cp} " + " | ".join(f"{s.dims.tp}x{s.dims.dp} {rc(s)}" for s in settings)
     )
     return f"{head}; pools {'>'.join(order)}; blocks/stage {layers}"
 
@@ -200,33 +213,33 @@ class UniformDegrees(NamedTuple):
 
 
 def _degrees(problem: HeteroProblem) -> Iterator[UniformDegrees]:
-    """Degrees with tp·dp·pp = all GPUs (specs.rules.degree_rule), tp a power of two inside a node that divides them
-    (specs.rules.stage_degree_rule, the stages' rule: each stage of a uniform split holds a share of the
-    GPUs that tp divides too) and keeps the tp rules (specs.rules.tp_rules), pp a depth the pipeline
-    runtime takes the ZeRO stage at (depth_allowed), and the micro-batch sizes that split the batch
+    """Degrees with tp·cp·dp·pp = all GPUs (specs.rules.degree_rule), tp a power of two inside a node and
+    tp·cp dividing them (specs.rules.stage_degree_rule, the stages' rule: each stage of a uniform split holds
+    a share of the GPUs that tp·cp divides too), tp keeping the tp rules (specs.rules.tp_rules), cp one of
+    ``problem.cps`` the stage's tp takes (search.staged.axes.cp_allowed), pp a depth the pipeline runtime
+    takes the ZeRO stage at (depth_allowed), and the micro-batch sizes that split the batch
     (specs.rules.batch_rule)."""
     cluster, model, batch = problem.cluster, problem.model, problem.global_batch
     gpus = cluster.gpus
     node_min = min(p.gpus_per_node for p in cluster.pools)
     n_blocks = len(model_blocks(model))
     for tp in _powers_of_two(node_min):
-        if (
-            stage_degree_rule(gpus, tp, 0)
-            or tp_rules(model, tp)
-            or (problem.tps and tp not in problem.tps)
-        ):
+        if tp_rules(model, tp) or (problem.tps and tp not in problem.tps):
             continue
-        for pp in range(1, min(gpus // tp, n_blocks) + 1):
-            dims = ParallelDims(tp=tp, dp=gpus // tp // pp, pp=pp)
-            if degree_rule(gpus, dims) or (problem.pps and pp not in problem.pps):
+        for cp in problem.cps:
+            if stage_degree_rule(gpus, tp, 0, cp) or not cp_allowed(problem, tp, cp):
                 continue
-            if not depth_allowed(problem, pp):
-                continue
-            if batch_rule(batch, dims.dp, 1):
-                continue
-            for mb in problem.micro_batches or _powers_of_two(batch // dims.dp):
-                if not batch_rule(batch, dims.dp, mb):
-                    yield UniformDegrees(dims, mb, batch // (dims.dp * mb))
+            for pp in range(1, min(gpus // (tp * cp), n_blocks) + 1):
+                dims = ParallelDims(tp=tp, cp=cp, dp=gpus // (tp * cp) // pp, pp=pp)
+                if degree_rule(gpus, dims) or (problem.pps and pp not in problem.pps):
+                    continue
+                if not depth_allowed(problem, pp):
+                    continue
+                if batch_rule(batch, dims.dp, 1):
+                    continue
+                for mb in problem.micro_batches or _powers_of_two(batch // dims.dp):
+                    if not batch_rule(batch, dims.dp, mb):
+                        yield UniformDegrees(dims, mb, batch // (dims.dp * mb))
 
 
 def _stage_ok(
@@ -248,19 +261,24 @@ def _stage_ok(
         microbatches,
         problem.seq_length,
         problem.common.sequence_parallel,
+        problem.runtime.cp_algorithm,
     )
     return not broken and expert_stage_ok(problem, index, dims, slices)
 
 
-def cluster_space_size(problem: HeteroProblem, degrees: int | None = None) -> int:
+def cluster_space_size(problem: HeteroProblem, degrees: list[UniformDegrees] | None = None) -> int:
     """Candidates of the AMP-style search before the per-stage rules, counted without listing the pool
-    orders: (distinct pool orders, search.staged.pool_orders.pool_order_count) × (uniform degrees and
-    micro-batch sizes, ``_degrees``: a loop over tp, pp and micro-batch sizes, independent of the
-    orders; ``degrees``: their number where the caller has listed them, each weighted by its expert options
-    before the rules, search.staged.experts.expert_space_factor) × (recomputation modes, ``searched_modes``)."""
+    orders: (distinct pool orders, search.staged.pool_orders.pool_order_count) × Σ over the uniform
+    degrees and micro-batch sizes (``_degrees``: a loop over tp, cp, pp and micro-batch sizes, independent
+    of the orders; ``degrees``: the list where the caller has it) of their recomputation modes
+    (``searched_modes`` at their cp) times their expert options before the rules
+    (search.staged.experts.expert_space_factor) × (the variants' schedules and offloads,
+    search.staged.axes.variants)."""
     if degrees is None:
-        degrees = sum(expert_space_factor(problem, [d.dims.tp]) for d in _degrees(problem))
-    return pool_order_count(problem.cluster) * degrees * len(searched_modes(problem))
+        degrees = list(_degrees(problem))
+    modes = {cp: len(searched_modes(problem, cp)) for cp in problem.cps}
+    listed = sum(modes[d.dims.cp] * expert_space_factor(problem, [d.dims.tp]) for d in degrees)
+    return pool_order_count(problem.cluster) * listed * len(variants(problem))
 
 
 def sharded_first(degrees: list[UniformDegrees]) -> list[UniformDegrees]:
@@ -283,12 +301,15 @@ def _candidates(
     progress: list[int],
 ):
     """(settings, microbatches, order, problem) of every candidate, one pool order at a time (``orders``, a
-    list or a generator), ``degrees`` (``_degrees``) and expert option (search.staged.experts.expert_options:
-    the problem that prices it), ``progress`` counting the orders begun and the candidates listed; none past
-    ``deadline``."""
+    list or a generator), ``degrees`` (``_degrees``), expert option (search.staged.experts.expert_options) and
+    variant of it (search.staged.axes.variants: schedule and offloads; the problem that prices it),
+    ``progress`` counting the orders begun and the candidates listed; none past ``deadline``."""
     if not math.isinf(deadline):
         degrees = sharded_first(degrees)
-    stated = [stage_fields(mode) for mode in searched_modes(problem)]  # (recompute, recompute_ops)
+    # (recompute, recompute_ops) of each mode at each cp
+    stated = {
+        cp: [stage_fields(mode) for mode in searched_modes(problem, cp)] for cp in problem.cps
+    }
     for order in orders:
         if time.perf_counter() > deadline:
             return
@@ -300,13 +321,14 @@ def _candidates(
             for stages, priced in expert_options(problem, [dims] * pp):
                 if not all(_stage_ok(priced, k, stages[k], slices[k], m) for k in range(pp)):
                     continue  # a stage straddles two pools with part of a TP group in each
-                for rc, ops in stated:
+                for rc, ops in stated[dims.cp]:
                     settings = [
                         StageSetting(slices[k], stages[k], mb, rc, ops, k, m) for k in range(pp)
                     ]
-                    if launchable(priced, settings):
-                        progress[1] += 1
-                        yield settings, m, order, priced
+                    for run in variants(priced):  # the problem's schedules and offloads
+                        if (run is priced or takes_depth(run, pp, m)) and launchable(run, settings):
+                            progress[1] += 1
+                            yield settings, m, order, run
 
 
 def search_cluster(
@@ -330,11 +352,13 @@ def search_cluster(
         problem, orders or pool_orders(problem.cluster), degrees, deadline, progress
     )
     found, solved, bounded, over = best_splits(problem, stream, top_k, deadline)
-    space = cluster_space_size(
-        problem, sum(expert_space_factor(problem, [d.dims.tp]) for d in degrees)
-    )
+    space = cluster_space_size(problem, degrees)
     plans = [
-        Candidate(t, _plan_from(p, s, b, m), _label(s, b, o) + expert_label(p, s))
+        Candidate(
+            t,
+            _plan_from(p, s, b, m),
+            _label(s, b, o) + expert_label(p, s) + variant_note(problem, p),
+        )
         for t, s, b, m, o, p in found[:top_k]
     ]
     stopped = (

@@ -1,6 +1,7 @@
 """Aceso-style search over per-stage plans on one GPU type (``paraplan search --non-uniform``, issue 10).
 
-Per-stage GPU counts, tp and recompute. Exact by enumeration when the space of per-stage settings has at
+Per-stage GPU counts, tp and recompute, one cp of ``problem.cps`` on every stage and the run-wide variants
+(schedule, offloads: search.staged.axes). Exact by enumeration when the space of per-stage settings has at
 most ``exact_limit`` combinations (each combination's layer split solved by the DP of search.staged.hetero);
 otherwise iterative bottleneck alleviation (search.staged.alleviate) from the uniform exact search's best
 plans (search.staged.uniform_seed, each under its own run-wide settings: schedule, vpp, ZeRO, sequence
@@ -33,6 +34,13 @@ from paraplan.search.staged.alleviate import (
     StageConfig,
     alleviate,
     recompute_choices,
+)
+from paraplan.search.staged.axes import (
+    cp_allowed,
+    takes_depth,
+    variant_note,
+    variant_of,
+    variants,
 )
 from paraplan.search.staged.experts import (
     expert_label,
@@ -74,7 +82,7 @@ def _stage_settings_from(
     offset = 0
     out = []
     for i, c in enumerate(configs):
-        if c.tp > pool.gpus_per_node:
+        if c.tp > pool.gpus_per_node or not cp_allowed(problem, c.tp, c.dims.cp):
             return None
         dims = replace(c.dims, pp=len(configs))
         slices = ((pool.name, offset, c.gpus),)
@@ -94,31 +102,33 @@ def _compositions(total: int, parts: int) -> Iterator[tuple[int, ...]]:
         yield tuple(b - a for a, b in itertools.pairwise(bounds))
 
 
-def _stage_tps(gpus: int) -> list[int]:
-    """Tensor-parallel degrees of a stage of ``gpus`` GPUs: each power of two dividing them."""
-    return [t for t in _powers_of_two(gpus) if stage_degree_rule(gpus, t, 0) is None]
+def _stage_tps(gpus: int, cp: int = 1) -> list[int]:
+    """Tensor-parallel degrees of a stage of ``gpus`` GPUs at context-parallel degree ``cp``: each power of
+    two t with t·cp dividing them (specs.rules.stage_degree_rule)."""
+    return [t for t in _powers_of_two(gpus) if stage_degree_rule(gpus, t, 0, cp) is None]
 
 
-def _stage_options(gpus: int, modes: tuple[str, ...]) -> list[tuple[int, str]]:
-    """(tp, recompute mode) options of a stage of ``gpus`` GPUs: tp a power of two dividing them, the
-    ``modes`` of the search (problem.searched_modes)."""
-    tps = _stage_tps(gpus)
+def _stage_options(gpus: int, modes: tuple[str, ...], cp: int = 1) -> list[tuple[int, str]]:
+    """(tp, recompute mode) options of a stage of ``gpus`` GPUs: tp a power of two with tp·cp dividing
+    them, the ``modes`` of the search (problem.searched_modes)."""
+    tps = _stage_tps(gpus, cp)
     return [(t, rc) for t in tps for rc in modes]
 
 
-def _stage_choices(problem: HeteroProblem, pp: int, modes: tuple[str, ...]):
-    """(GPUs per stage, (tp, mode) per stage) of every ``pp``-stage combination the exact search lists:
-    every composition of the GPUs with every stage option; with a framework whose launcher runs one
-    tp, dp and recompute on every stage (search.launch.restricted, stage_plan_allowed), only equal
-    stages with one option repeated, the rest being refused one by one otherwise."""
+def _stage_choices(problem: HeteroProblem, pp: int, modes: tuple[str, ...], cp: int = 1):
+    """(GPUs per stage, (tp, mode) per stage) of every ``pp``-stage combination the exact search lists
+    at context-parallel degree ``cp`` (one on every stage): every composition of the GPUs with every stage
+    option; with a framework whose launcher runs one tp, dp and recompute on every stage
+    (search.launch.restricted, stage_plan_allowed), only equal stages with one option repeated, the rest
+    being refused one by one otherwise."""
     n = problem.cluster.gpus
     if launch.restricted(problem.framework):
         if gpus := even_share(n, pp):  # equal stages: pp divides the GPUs
-            for option in _stage_options(gpus, modes):
+            for option in _stage_options(gpus, modes, cp):
                 yield (gpus,) * pp, (option,) * pp
         return
     for comp in _compositions(n, pp):
-        for choice in itertools.product(*(_stage_options(g, modes) for g in comp)):
+        for choice in itertools.product(*(_stage_options(g, modes, cp) for g in comp)):
             yield comp, choice
 
 
@@ -127,33 +137,42 @@ def non_uniform_space_size(
 ) -> int:
     """Per-stage combinations the exact search enumerates, counted without listing them.
 
-    With N GPUs, R recompute modes and M micro-batch counts, a stage of g GPUs has
-    w(g) = R·(v₂(g) + 1) options (tp = 2^j for each 2^j dividing g; v₂ the exponent of 2 in g), and
+    With N GPUs, R recompute modes and M micro-batch counts, a stage of g GPUs at context-parallel degree c
+    has w(g) = R·(v₂(g/c) + 1) options where c divides g (tp = 2^j for each 2^j dividing g/c; v₂ the exponent
+    of 2), none elsewhere, and
 
-        size = M · Σ_{p=1..max_stages} Σ_{g₁+…+g_p = N, gᵢ ≥ 1} Π_i w(gᵢ)
-             = M · Σ_p [x^N] W(x)^p,   W(x) = Σ_g w(g)·x^g = R · Σ_{j≥0} x^(2^j) / (1 − x^(2^j)).
+        size = V · M · Σ_c Σ_{p=1..max_stages} Σ_{g₁+…+g_p = N, gᵢ ≥ 1} Π_i w(gᵢ)
+             = V · M · Σ_c Σ_p [x^N] W_c(x)^p,   W_c(x) = R · Σ_{j≥0} x^(c·2^j) / (1 − x^(c·2^j)),
 
-    Each factor 1/(1 − x^(2^j)) is a strided prefix sum, so one more stage costs O(N·log₂N) additions
-    (exact integers) instead of the C(N−1, p−1) compositions a loop over them visits. With a launcher
-    that runs equal stages only (_stage_choices): size = M · Σ_{p ≤ max_stages, p | N} w(N/p). Either sum
-    counts only the depths p the pipeline runtime takes the ZeRO stage at (problem.depth_allowed). An MoE model's
-    combinations each take E expert options before the rules (search.staged.experts.expert_space_factor), so
-    both sums are multiplied by E (1 for a dense model)."""
-    n, modes = problem.cluster.gpus, len(searched_modes(problem))
+    c over ``problem.cps``, V the variants (search.staged.axes.variants: schedules × offload options). Each
+    factor 1/(1 − x^(c·2^j)) is a strided prefix sum, so one more stage costs O(N·log₂N) additions (exact
+    integers) instead of the C(N−1, p−1) compositions a loop over them visits. With a launcher that runs
+    equal stages only (_stage_choices): size = V · M · Σ_c Σ_{p ≤ max_stages, p | N} w(N/p). Either sum
+    counts only the depths p the pipeline runtime takes the ZeRO stage at (problem.depth_allowed). An MoE
+    model's combinations each take E expert options before the rules (search.staged.experts.
+    expert_space_factor), so the size is multiplied by E (1 for a dense model)."""
+    per_cp = sum(_cp_space_size(problem, max_stages, cp) for cp in problem.cps)
     # expert options per combination before the rules (1 for a dense model), etp over 1 and every stage tp
     experts = expert_space_factor(problem, _powers_of_two(problem.cluster.pools[0].gpus_per_node))
+    return per_cp * len(microbatch_counts) * len(variants(problem)) * experts
+
+
+def _cp_space_size(problem: HeteroProblem, max_stages: int, cp: int) -> int:
+    """non_uniform_space_size's sum over the depths at one context-parallel degree ``cp``, one micro-batch
+    count and one variant."""
+    n, modes = problem.cluster.gpus, len(searched_modes(problem, cp))
     if launch.restricted(problem.framework):
         equal = [
             g
             for p in range(1, max_stages + 1)
             if (g := even_share(n, p)) and depth_allowed(problem, p)
         ]
-        return sum(modes * len(_stage_tps(g)) for g in equal) * len(microbatch_counts) * experts
+        return sum(modes * len(_stage_tps(g, cp)) for g in equal)
     ways = [1] + [0] * n  # ways[s]: weighted lists of p stages on s GPUs; p = 0 to start
     total = 0
     for p in range(1, max_stages + 1):
         nxt = [0] * (n + 1)
-        step = 1
+        step = cp
         while step <= n:
             strided = list(ways)  # strided[s] = Σ_{m≥0} ways[s − m·step]
             for s in range(step, n + 1):
@@ -163,7 +182,7 @@ def non_uniform_space_size(
             step *= 2
         ways = [modes * x for x in nxt]
         total += ways[n] if depth_allowed(problem, p) else 0
-    return total * len(microbatch_counts) * experts
+    return total
 
 
 def search_non_uniform(
@@ -210,23 +229,15 @@ def _exact(
     uniform seeds (_seed_starts: the uniform search's best under the run-wide settings a per-stage plan
     states; none when not ``seeded``), ranked together; ``space``: non_uniform_space_size."""
     seeds = [s.candidate for s in _seed_starts(problem, deadline)] if seeded else []
-    candidates = []
-    modes = searched_modes(problem)
-    for pp in filter(lambda pp: depth_allowed(problem, pp), range(1, max_stages + 1)):
-        for comp, choice in _stage_choices(problem, pp, modes):
-            configs = [
-                StageConfig.of(0, g, t, *stage_fields(rc)) for g, (t, rc) in zip(comp, choice)
-            ]
-            for stages, priced in expert_options(problem, [c.dims for c in configs]):
-                expert = [replace(c, dims=d) for c, d in zip(configs, stages)]
-                for m in counts:
-                    settings = _stage_settings_from(priced, expert, m)
-                    if settings is not None:
-                        candidates.append((settings, m, None, priced))
+    candidates = _exact_candidates(problem, max_stages, counts)
     found, solved, bounded, cut = best_splits(problem, candidates, top_k, deadline)
     names = (problem.cluster.pools[0].name,)
     plans = [
-        Candidate(t, _plan_from(p, s, b, m), _label(s, b, names) + expert_label(p, s))
+        Candidate(
+            t,
+            _plan_from(p, s, b, m),
+            _label(s, b, names) + expert_label(p, s) + variant_note(problem, p),
+        )
         for t, s, b, m, _, p in found[:top_k]
     ]
     # a uniform seed's run-wide settings are outside this space
@@ -241,6 +252,41 @@ def _exact(
     return HeteroResult(
         plans, len(candidates), elapsed, "exact", solved=solved, stopped=stopped, space=space
     )
+
+
+def _exact_candidates(problem: HeteroProblem, max_stages: int, counts: list[int]) -> list:
+    """(settings, microbatches, None, variant) of every per-stage combination the exact search lists: each
+    cp of ``problem.cps`` (one on every stage), depth, stage choice (``_stage_choices``), expert option
+    (search.staged.experts.expert_options) and micro-batch count, under each variant (search.staged.axes.variants: schedule and offloads) that runs the depth at that count
+    (search.staged.axes.takes_depth) and whose launcher runs the stages (``_stage_settings_from``)."""
+    out = []
+    for cp in problem.cps:
+        modes = searched_modes(problem, cp)
+        for pp in filter(lambda pp: depth_allowed(problem, pp), range(1, max_stages + 1)):
+            for comp, choice in _stage_choices(problem, pp, modes, cp):
+                configs = [
+                    StageConfig.of(0, g, t, *stage_fields(rc), cp=cp)
+                    for g, (t, rc) in zip(comp, choice)
+                ]
+                for stages, priced in expert_options(problem, [c.dims for c in configs]):
+                    expert = [replace(c, dims=d) for c, d in zip(configs, stages)]
+                    out += _variant_candidates(priced, expert, pp, counts)
+    return out
+
+
+def _variant_candidates(priced: HeteroProblem, configs, pp: int, counts: list[int]) -> list:
+    """(settings, microbatches, None, variant) of these stage configs at each micro-batch count under each
+    variant of ``priced`` (search.staged.axes.variants) that runs the depth at that count and whose launcher
+    runs the stages (``_stage_settings_from``)."""
+    out = []
+    for m in counts:
+        for run in variants(priced):
+            if run is not priced and not takes_depth(run, pp, m):
+                continue
+            settings = _stage_settings_from(run, configs, m)
+            if settings is not None:
+                out.append((settings, m, None, run))
+    return out
 
 
 def _bounds(configs) -> tuple[int, ...]:
@@ -338,7 +384,10 @@ def _starts(problem: HeteroProblem, top_k: int, deadline: float, seeded: bool = 
     if not starts or share_s > 0:
         name = "the AMP-style start search's space (equal stages, layer split by DP)"
         start = search_cluster(problem, top_k=top_k, time_budget_s=share_s, space_name=name)
-        starts += [_Start(c, plan_problem(problem, c.plan)) for c in start.plans]
+        # the problem that prices moves from each: its expert switch and its variant
+        starts += [
+            _Start(c, variant_of(plan_problem(problem, c.plan), c.plan)) for c in start.plans
+        ]
     return sorted(starts, key=lambda s: s.candidate.step_time_s), start
 
 
@@ -411,6 +460,7 @@ def _alleviate(
     op_sets = tuple((mod,) for mod in modules) + tuple(
         ("core_attn", mod) for mod in modules if mod != "core_attn" and "core_attn" in modules
     )
-    # every mode the uniform search varies (search.launch.searched_modes; not only ``problem.recompute``)
-    modes = launch.searched_modes(problem.framework, problem.model, 1)
+    # every mode the uniform search varies at the stages' one cp (search.launch.searched_modes; not only
+    # ``problem.recompute``)
+    modes = launch.searched_modes(problem.framework, problem.model, configs0[0].dims.cp)
     return alleviate(configs0, evaluate, time_budget_s, recompute=recompute_choices(modes, op_sets))

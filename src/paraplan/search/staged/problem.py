@@ -5,7 +5,7 @@ rules on one candidate's stage settings (launchable, search.launch)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from paraplan.cost.frameworks import PLAN_DEFAULTS, framework_cluster
 from paraplan.search import launch
@@ -18,6 +18,7 @@ from paraplan.specs.parallel import ParallelDims
 from paraplan.specs.plan import RUNTIME_FIELDS, RuntimeFields, runtime_of
 from paraplan.specs.rules_moe import dispatcher_rule
 from paraplan.specs.rules_precision import accelerators_rules, cluster_default_precision
+from paraplan.specs.rules_schedule import per_stage_schedules_rule
 from paraplan.specs.rules_stack import (
     engine_dp_overlap_rule,
     engine_schedule_rule,
@@ -66,6 +67,16 @@ class HeteroProblem:
     # may need (search.launch.staged_fields)
     framework: str | None = None
     sequence_parallel: bool = False
+    # the run-wide axes the per-stage searches vary beside each stage's GPUs, tp and recompute
+    # (search.staged.axes; the uniform search's --cp, --schedule and offload switches): by default the
+    # space they searched before, cp 1 on every stage, ``schedule`` alone (None), no offload
+    cps: tuple[int, ...] = (1,)
+    schedules: tuple[str, ...] | None = None
+    vary_offload: bool = False
+    # a candidate's offloads (specs.plan.OFFLOAD_FIELDS), set on a variant (search.staged.axes.variants)
+    offload_weights: bool = False
+    offload_activations: bool = False
+    offload_optimizer: bool = False
     # a mixture-of-experts model's axes (search.staged.experts: None, every value the rules allow, as the
     # uniform search's --ep, --etp, --dispatcher) and run-wide knobs (a uniform plan's, specs.moe_plan.
     # MoEPlanFields): capacity, balance and spread fixed for the search; the dispatcher and the a2a overlap
@@ -103,6 +114,12 @@ class HeteroProblem:
         )
         if unlaunchable:
             raise InputError.from_violations([Violation(*v) for v in unlaunchable])
+        if not self.cps or min(self.cps) < 1:  # a context-parallel degree is a positive count
+            listed = ",".join(map(str, self.cps))
+            raise InputError(f"cp: {listed!r} is not allowed; give positive integers")
+        if refused := per_stage_schedules_rule(self.schedules):
+            names, rule = refused
+            raise InputError(f"schedules: {','.join(names)!r} is not allowed; {rule}")
         for pool in self.cluster.pools:  # a one-device loop (specs.rules_stack.stack_gpus_rule)
             runs = pool.system.accelerator.efficiency.runtime.parallelism
             if rule := stack_gpus_rule(runs, self.cluster.gpus):
@@ -116,6 +133,13 @@ class HeteroProblem:
     @property
     def common(self) -> Common:
         return common_of(self)
+
+
+def searched_modes(problem: HeteroProblem, cp: int = 1) -> tuple[str, ...]:
+    """The recomputation modes of ``problem.recompute`` the per-stage searches vary at context-parallel
+    degree ``cp``: the uniform search's rule (search.launch.searched_modes), each stated per stage by
+    specs.recompute.stage_fields."""
+    return launch.searched_modes(problem.framework, problem.model, cp, problem.recompute)
 
 
 def _expert_defaults(problem: HeteroProblem) -> None:
@@ -137,12 +161,6 @@ def expert_problem_violations(problem: HeteroProblem) -> list[tuple[str, object,
     if rule := dispatcher_rule(problem.moe_dispatcher, problem.capacity_factor):
         out.append(("moe_dispatcher", problem.moe_dispatcher, rule))
     return out
-
-
-def searched_modes(problem: HeteroProblem) -> tuple[str, ...]:
-    """The recomputation modes of ``problem.recompute`` the per-stage searches vary: the uniform search's
-    rule at cp = 1 (search.launch.searched_modes), each stated per stage by specs.recompute.stage_fields."""
-    return launch.searched_modes(problem.framework, problem.model, 1, problem.recompute)
 
 
 def profile_fields(profile: FrameworkSpec, cluster_spec: ClusterSpec) -> tuple[ClusterSpec, dict]:
@@ -215,6 +233,6 @@ def _stack_refusals(problem: HeteroProblem, dims: ParallelDims) -> list:
 def launchable(problem: HeteroProblem, settings: list[StageSetting]) -> bool:
     """Does the framework's launcher run these stage settings (search.launch.stage_plan_allowed), and the
     stacks of the pools their tensor and data parallelism (_stack_refusals, the per-stage check's rule)?"""
-    if any(_stack_refusals(problem, ParallelDims(tp=s.dims.tp, dp=s.dims.dp)) for s in settings):
+    if any(_stack_refusals(problem, replace(s.dims, pp=1)) for s in settings):
         return False
     return launch.stage_plan_allowed(problem.framework, problem, settings)

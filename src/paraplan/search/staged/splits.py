@@ -21,6 +21,7 @@ import numpy as np
 from paraplan.search import launch
 from paraplan.search.staged.balance import balance_split, pipeline_objective
 from paraplan.search.staged.problem import HeteroProblem
+from paraplan.specs.rules_schedule import DEFAULT_SCHEDULE
 from paraplan.step.blocks import model_blocks
 from paraplan.step.layout import stage_at
 from paraplan.step.per_stage import (
@@ -30,6 +31,7 @@ from paraplan.step.per_stage import (
     stage_arrays,
     tied_embedding_sync_s,
 )
+from paraplan.step.schedules import SCHEDULES, schedule_step_floor
 
 
 def lower_bound(problem: HeteroProblem, settings: list[StageSetting]) -> tuple[float, list]:
@@ -54,9 +56,51 @@ def lower_bound(problem: HeteroProblem, settings: list[StageSetting]) -> tuple[f
     cheapest = np.min(
         [np.max([sum(p.values()) for p in arr.parts.values()], axis=0) for arr in arrays], axis=0
     )
-    m = settings[0].microbatches
-    factor = 1 + (m - 1) / stages if problem.vpp == 1 else m / stages
-    return float(cheapest.sum()) * factor, arrays
+    return pipeline_floor_s(
+        problem, float(cheapest.sum()), settings[0].microbatches, stages
+    ), arrays
+
+
+def pipeline_floor_s(
+    problem: HeteroProblem, work_s: float, microbatches: int, stages: int
+) -> float:
+    """``lower_bound``'s floor of the pipeline part of a step whose stages do at least ``work_s`` per
+    micro-batch together, the slowest at least work_s / pp: under a schedule with 1F1B's bubble T − S
+    (1F1B, GPipe), T ≥ work_s · (1 + (m − 1)/pp); under any other, m·S0 + its bubble's floor at
+    S0 = work_s / pp, T0 = work_s (step.schedules.schedule_step_floor, each form growing with S and T):
+    interleaved (T0 − S0)/v, ZB-H1 (1 − ρ)·(T0 − S0) taken at ρ = 1 (its share of the 1F1B bubble is
+    (F + B − c·W)/(F + B) >= 0; no per-block ρ is worked out here), so m·S0."""
+    m = microbatches
+    if one_f_one_b_bubble(problem.schedule, problem.vpp):
+        return work_s * (1 + (m - 1) / stages)
+    per_stage = work_s / stages
+    return float(
+        schedule_step_floor(problem.schedule, problem.vpp, m, stages, per_stage, work_s, 1.0)
+    )
+
+
+def one_f_one_b_bubble(schedule: str, vpp: int) -> bool:
+    """Does ``schedule`` at ``vpp`` price 1F1B's bubble T − S (step.schedules: GPIPE and 1F1B share the entry's
+    Bubble), the one the split objective (search.staged.balance.pipeline_objective) takes?"""
+    return vpp == 1 and SCHEDULES[schedule].bubble is SCHEDULES[DEFAULT_SCHEDULE].bubble
+
+
+def pipeline_cutoff_s(problem: HeteroProblem, stage_times, microbatches: int) -> float:
+    """A floor of the pipeline part of the step of a split of these per-micro-batch stage works: the split
+    objective Σ t + (m − 1)·max t under 1F1B's bubble (``one_f_one_b_bubble``), else m·max t + the schedule's
+    bubble floor at ρ = 1 (``pipeline_floor_s``' rule, step.schedules.schedule_step_floor)."""
+    if one_f_one_b_bubble(problem.schedule, problem.vpp):
+        return pipeline_objective(stage_times, microbatches)
+    t = np.asarray(stage_times, dtype=float)
+    slowest, total, pp = float(t.max()), float(t.sum()), len(t)
+    return float(
+        schedule_step_floor(problem.schedule, problem.vpp, microbatches, pp, slowest, total, 1.0)
+    )
+
+
+def offloads(problem: HeteroProblem) -> bool:
+    """Does the problem offload anything (its offload switches, search.staged.axes.OFFLOAD_SWITCH_FIELDS)?"""
+    return problem.offload_weights or problem.offload_activations or problem.offload_optimizer
 
 
 def fixed_bounds(problem: HeteroProblem, stages: int) -> tuple[int, ...] | None:
@@ -110,6 +154,8 @@ def stage_matrices(problem: HeteroProblem, settings: list[StageSetting], arrays)
     for i, arr in enumerate(arrays):
         m = range_matrices(arr, i)
         ok = upper & (m["peak"] <= arr.capacity)
+        if offloads(problem):  # what it offloads fits in host memory (step.result.StageMemory.fits)
+            ok &= m["memory"]["host_bytes"] <= arr.host_capacity
         if fixed is not None:  # the launcher's one split: its range only
             ok &= np.arange(n + 1)[:, None] == fixed[i]
             ok &= np.arange(n + 1)[None, :] == fixed[i + 1]
@@ -147,7 +193,7 @@ def split_stages(
     tied = tied_embedding_sync_s(
         problem.model, problem.cluster, problem.common, settings[0], settings[-1]
     )
-    if pipeline_objective(split.stage_times, microbatches) + tied >= cutoff:
+    if pipeline_cutoff_s(problem, split.stage_times, microbatches) + tied >= cutoff:
         return None
     bounds = split.bounds
     stages = tuple(

@@ -4,13 +4,12 @@ best plans (search.run.search, the path of ``paraplan search --system S --gpus N
 alike by both paths (tests/unit/test_one_path.py), so a per-stage search that keeps it, or alleviates from
 it, never returns a plan slower than the best uniform plan a per-stage plan can state.
 
-The uniform search is restricted to what a per-stage plan states rather than its plans dropped: cp 1
-(the per-stage searches keep cp = 1: their stage settings state tp and dp only), the schedules a
-per-stage search prices (SEARCHED_SCHEDULES: 1f1b, interleaved, gpipe; a per-stage plan states zb-h1 and
-dualpipe too, which ``estimate --plan`` prices, but the searches' range matrices hold each stage's memory
-unpaired, step.per_stage.stage_terms, so they search neither),
-no offload, the default placement and layer split, 1-D tp inside a node (the per-stage searches keep tp
-within NVLink, as AMP and Aceso do), and the problem's run-wide knobs, overlap defaults and framework
+The uniform search is restricted to what a per-stage plan states rather than its plans dropped: the
+per-stage problem's axes (search.staged.axes: its cp degrees, ``--cp``, default 1; its schedules, ``--schedule``,
+default SEARCHED_SCHEDULES: 1f1b, interleaved, gpipe, zb-h1 where asked; DualPipe never: the searches' range
+matrices hold each stage's memory unpaired, step.per_stage.stage_terms; its offload switches where it varies
+them, default none), the default placement and layer split, 1-D tp inside a node (the per-stage searches keep
+tp within NVLink, as AMP and Aceso do), and the problem's run-wide knobs, overlap defaults and framework
 (search.launch), and its MoE axes and knobs (MOE_SEARCH_FIELDS); ZeRO, sequence parallelism, interleaving
 (vpp), recompute, the overlap switches, the micro-batch and an MoE model's ep, etp, dispatcher and a2a overlap
 vary as in the uniform search. A plan it still cannot restate (specs.uniform_stages.
@@ -25,6 +24,7 @@ from dataclasses import dataclass, replace
 
 from paraplan.search.run import search
 from paraplan.search.space import SearchProblem
+from paraplan.search.staged.axes import OFFLOAD_SWITCH_FIELDS
 from paraplan.search.staged.experts import EXPERT_AXES
 from paraplan.search.staged.hetero import _powers_of_two
 from paraplan.search.staged.problem import HeteroProblem
@@ -52,9 +52,16 @@ SEEDED_FIELDS = (
     "overlap_dp_grad_reduce",
     "overlap_param_gather",
     "overlap_tp_comm",
+    *OFFLOAD_SWITCH_FIELDS,
     "moe_dispatcher",  # an MoE model's switch (search.staged.experts.switched); a dense seed's default
     "moe_a2a_overlap",
 )
+
+
+def seed_schedules(problem: HeteroProblem) -> tuple[str, ...]:
+    """The schedules the seeds' uniform search lists: SEARCHED_SCHEDULES, or the problem's where it lists
+    them (``--schedule``, search.staged.axes; DualPipe refused: specs.rules_schedule.per_stage_schedules_rule)."""
+    return SEARCHED_SCHEDULES if problem.schedules is None else problem.schedules
 
 
 class _OutOfTime(Exception):
@@ -85,9 +92,9 @@ def uniform_problem(problem: HeteroProblem) -> SearchProblem:
         dtype=problem.dtype,
         attention=problem.attention,
         tp=tuple(_powers_of_two(pool.gpus_per_node)),
-        cp=(1,),
-        schedules=SEARCHED_SCHEDULES,
-        vary_offload=False,
+        cp=problem.cps,
+        schedules=seed_schedules(problem),
+        vary_offload=problem.vary_offload,
         vary_placement=False,
         framework=problem.framework,
         default_overlaps=(
