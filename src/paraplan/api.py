@@ -47,7 +47,10 @@ from paraplan.specs.limits import (  # noqa: F401 (re-exported for the page)
 from paraplan.io.options import parse_price, parse_tokens  # noqa: F401 (re-exported for the page)
 from paraplan.io.referenced import MAX_YAML_BYTES  # noqa: F401 (re-exported for the page)
 from paraplan.search.space import PLAN_OBJECTIVES  # noqa: F401 (re-exported for the page)
-from paraplan.search.staged import AMP_SEARCH_AXES  # noqa: F401 (re-exported for the page)
+from paraplan.search.staged import (  # noqa: F401 (re-exported for the page)
+    AMP_SEARCH_AXES,
+    CLUSTER_SEARCH_OPTIONS,
+)
 from paraplan.step.schedules import route_length, route_position  # noqa: F401
 from paraplan.step.schedules import schedule_order, schedule_pairs  # noqa: F401
 from paraplan.specs.system import SystemSpec
@@ -440,9 +443,11 @@ def search_cluster(
     (seq_length, dtype, attention, tps, pps, micro_batches, recompute; the run-wide axes cps, schedules,
     vary_offload: search.staged.axes; a mixture-of-experts model's ep, etp, dispatchers, capacity_factor,
     moe_balance, expert_load_cv); ``framework``: a profile, read
-    as the command reads it (search.staged.hetero.under_profile)."""
+    as the command reads it (search.staged.hetero.under_profile). A listed axis the search would
+    search nothing of is refused as the command refuses it (search.staged.axes.axes_violations)."""
     from paraplan.catalog import load_framework
     from paraplan.catalog.clusters import load_cluster, pasted_cluster
+    from paraplan.search.staged.axes import axes_violations
     from paraplan.search.staged.hetero import HeteroProblem, search_cluster as run, under_profile
 
     if isinstance(cluster, str) and "\n" in cluster:  # held in memory: no file named in it is read
@@ -452,6 +457,8 @@ def search_cluster(
     if framework is not None:
         cluster_spec, fields = under_profile(load_framework(framework), cluster_spec, fields)
     problem = HeteroProblem(model_spec, cluster_spec, global_batch, **fields)
+    if refused := axes_violations(problem, seeded=False):
+        raise InputError.from_violations(refused)
     return run(problem, top_k=top, time_budget_s=time_budget_s).to_dict()
 
 

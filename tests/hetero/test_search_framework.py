@@ -29,6 +29,7 @@ from paraplan.specs.recompute import stage_mode
 from paraplan.specs.stage_plan import (
     StagePlanSpec,
     check_stage_plan,
+    settled_stage_plan,
     stage_plan_from_dict,
     stage_plan_to_dict,
 )
@@ -52,7 +53,7 @@ def re_estimate(model, cluster, framework: str, plan) -> float:
     return est.step_time_s
 
 
-def as_uniform_plan(plan: StagePlanSpec, model: ModelSpec) -> PlanSpec:
+def as_uniform_plan(plan: StagePlanSpec, model: ModelSpec, cluster) -> PlanSpec:
     """The uniform plan a per-stage plan states when every stage has one tp, dp and recompute mode (what a
     launcher runs): its split as ``stage_layers`` unless it is the default one."""
     first = plan.stages[0]
@@ -77,7 +78,8 @@ def as_uniform_plan(plan: StagePlanSpec, model: ModelSpec) -> PlanSpec:
         attention=plan.attention,
         **mode_plan_fields(mode),
         zero=plan.zero,
-        overlap_dp_grad_reduce=plan.overlap_dp_grad_reduce,
+        # a searched plan leaves it to its pools where it is their default (search.staged.hetero._plan_from)
+        overlap_dp_grad_reduce=settled_stage_plan(plan, cluster).overlap_dp_grad_reduce,
         overlap_param_gather=plan.overlap_param_gather,
         overlap_tp_comm=plan.overlap_tp_comm and first.tp > 1,
         sequence_parallel=plan.sequence_parallel and first.tp > 1,
@@ -90,9 +92,10 @@ def as_uniform_plan(plan: StagePlanSpec, model: ModelSpec) -> PlanSpec:
     return PlanSpec(**fields, stage_layers=layers)
 
 
-def assert_launched(plan: StagePlanSpec, model: ModelSpec, framework: str) -> None:
-    """Every exporter of the framework's launcher writes the plan (ExportRefused otherwise)."""
-    uniform = as_uniform_plan(plan, model)
+def assert_launched(plan: StagePlanSpec, model: ModelSpec, framework: str, cluster) -> None:
+    """Every exporter of the framework's launcher writes the plan (ExportRefused otherwise), its
+    run-wide values settled on ``cluster`` (the priced cluster of the search)."""
+    uniform = as_uniform_plan(plan, model, cluster)
     for target in launch.targets(framework):
         export_plan(target, uniform, model)
 
@@ -136,8 +139,11 @@ def test_search_under_a_launcher_returns_plans_it_exports(capsys, tmp_path, monk
     found = json.loads(out)["plans"]
     assert found
     spec = ModelSpec(name="tiny", **MODEL)
+    priced, _ = profile_fields(
+        load_framework("torchtitan"), uniform_cluster(load_system("dgx-a100-80gb"), 8)
+    )
     for row in found:
-        assert_launched(stage_plan_from_dict(row["plan"]), spec, "torchtitan")
+        assert_launched(stage_plan_from_dict(row["plan"]), spec, "torchtitan", priced)
 
 
 def test_search_refuses_a_setting_the_launcher_cannot_state(capsys):
@@ -198,7 +204,7 @@ def test_every_searched_plan_checks_re_estimates_and_launches_under_the_framewor
             ), (framework, c.label)
             checked += 1
             if framework in LAUNCHED:
-                assert_launched(c.plan, model, framework)
+                assert_launched(c.plan, model, framework, priced)
                 launched += 1
     assert checked >= 12 and launched >= 6
 
@@ -226,7 +232,7 @@ def test_deepspeed_plans_keep_the_one_split_its_exporter_writes():
     for c in result.plans:
         layers = [b - a - (a == 0) - (b == 8) for a, b in (s.blocks for s in c.plan.stages)]
         assert tuple(layers) == launch.fixed_split("deepspeed", 6, 4) == (1, 2, 2, 1)
-        assert_launched(c.plan, model, "deepspeed")
+        assert_launched(c.plan, model, "deepspeed", priced)
 
 
 def test_nemo_plans_run_tp_overlap_with_sequence_parallelism():
@@ -239,7 +245,7 @@ def test_nemo_plans_run_tp_overlap_with_sequence_parallelism():
     result = search_cluster(problem, top_k=2, time_budget_s=2.0)
     assert result.plans and all(c.plan.sequence_parallel for c in result.plans)
     for c in result.plans:
-        assert_launched(c.plan, ModelSpec(name="t", **MODEL), "nemo-24.09")
+        assert_launched(c.plan, ModelSpec(name="t", **MODEL), "nemo-24.09", priced)
 
 
 def test_a_launcher_runs_one_setting_on_every_stage():
@@ -297,3 +303,24 @@ def test_the_python_api_searches_a_cluster_under_a_framework_as_the_command(caps
         assert a["step_time_s"] == pytest.approx(c["step_time_s"], rel=REL)
     plain = api.search_cluster(MODEL, MIXED, 16, **options)["plans"]
     assert plain[0]["step_time_s"] != pytest.approx(by_api[0]["step_time_s"], rel=1e-3)
+
+
+@pytest.mark.parametrize("overlap, stated", [(None, None), (True, None), (False, False)])
+def test_searched_plans_state_the_dp_overlap_only_off_its_default(overlap, stated):
+    """A searched per-stage plan leaves overlap_dp_grad_reduce unset where the problem's equals the default
+    its pools settle (true on A100s without DeepSpeed's fallback), so its file omits it, and states it where
+    it differs (false); either way it re-estimates to the search's step (search.staged.hetero._plan_from)."""
+    cluster = uniform_cluster(load_system("dgx-a100-80gb"), 8)
+    fields = {} if overlap is None else {"overlap_dp_grad_reduce": overlap}
+    problem = HeteroProblem(ModelSpec(name="t", **MODEL), cluster, 16, 512, tps=(2,), **fields)
+    result = search_cluster(problem, top_k=2, time_budget_s=2.0)
+    assert result.plans
+    for c in result.plans:
+        assert c.plan.overlap_dp_grad_reduce is stated
+        assert ("overlap_dp_grad_reduce" in stage_plan_to_dict(c.plan)) is (stated is not None)
+        again = stage_plan_from_dict(stage_plan_to_dict(c.plan))
+        assert settled_stage_plan(again, cluster).overlap_dp_grad_reduce is bool(
+            overlap is not False
+        )
+        est = estimate_stage_plan(problem.model, cluster, again)
+        assert est.step_time_s == pytest.approx(c.step_time_s, rel=1e-9), c.label

@@ -17,7 +17,7 @@ from tests.hetero.test_staged_plans_valid import CHECK as STAGED_CHECK
 
 from paraplan.catalog import load_model
 from paraplan.catalog.clusters import cluster_from_dict
-from paraplan.search.expert_axes import expert_degrees
+from paraplan.search.expert_axes import expert_axes_violations, expert_degrees
 from paraplan.search.staged import hetero
 from paraplan.search.staged.balance import pipeline_objective
 from paraplan.search.staged.experts import expert_options, expert_space_factor
@@ -217,3 +217,54 @@ def test_the_fixed_moe_knobs_are_checked_and_sequence_parallelism_is_stated():
     problem, _ = _problem("mixtral-8x7b")
     dense = HeteroProblem(load_model("llama3-8b"), problem.cluster, 16, 2048)
     assert not dense.sequence_parallel
+
+
+@pytest.mark.parametrize("kind", ("cluster", "non-uniform"))
+@pytest.mark.parametrize(
+    "model, ep, why",
+    [
+        (
+            "llama3-8b",
+            "2",
+            "ep: [2] is not allowed; expert parallelism needs a mixture-of-experts model",
+        ),
+        ("mixtral-8x7b", "3", "ep: [3] is not allowed; must divide experts=8"),
+    ],
+)
+def test_the_per_stage_searches_refuse_expert_axes_no_plan_takes(
+    cli, tmp_path, kind, model, ep, why
+):
+    """``--ep`` on a dense model, or an ep that divides no expert count, exits 2 naming ep in the per-stage
+    searches as in the uniform one (search.expert_axes.expert_axes_violations, both problems' check); it was
+    ignored on the dense model (exit 0) and left "no candidate" on Mixtral (exit 1)."""
+    (tmp_path / "cluster.yaml").write_text(yaml.safe_dump({"pools": [POOLS["h100"]]}))
+    where = (
+        ["--cluster", str(tmp_path / "cluster.yaml")]
+        if kind == "cluster"
+        else ["-s", "dgx-h100-80gb", "--gpus", "8", "--non-uniform"]
+    )
+    code, out, err = cli("search", "-m", model, *where, "--global-batch", "16", "--ep", ep)
+    assert code == 2 and why in err + out, (code, out, err)
+    uniform = ["search", "-m", model, "-s", "dgx-h100-80gb", "--gpus", "8", "--global-batch", "16"]
+    code, out, err = cli(*uniform, "--ep", ep)
+    assert code == 2 and why in err + out, (code, out, err)
+
+
+def test_expert_axes_violations_by_hand():
+    """Mixtral (8 experts of width 14336): ep 3 divides no expert count, etp 3 no width (14336 = 2^11·7), deepep
+    pads to no capacity; an axis with one value some plan takes is kept; a dense model takes ep = etp = 1."""
+    mixtral, dense = load_model("mixtral-8x7b"), load_model("llama3-8b")
+    assert expert_axes_violations(mixtral, (2, 3), (1, 2), None, None, None) == []
+    assert expert_axes_violations(mixtral, (3,), None, None, None, None) == [
+        ("ep", [3], "must divide experts=8")
+    ]
+    assert expert_axes_violations(mixtral, None, (3,), None, None, None) == [
+        ("etp", [3], "must divide moe_ffn_hidden=14336")
+    ]
+    refused = expert_axes_violations(mixtral, None, None, ("deepep",), 1.0, None)
+    assert [(f, v) for f, v, _ in refused] == [("dispatcher", ["deepep"])]
+    assert expert_axes_violations(mixtral, None, None, ("deepep", "alltoall"), 1.0, None) == []
+    assert expert_axes_violations(dense, (1,), (1,), ("deepep",), None, None) == []
+    assert [
+        (f, v) for f, v, _ in expert_axes_violations(dense, None, (1, 2), None, None, None)
+    ] == [("etp", [1, 2])]

@@ -151,4 +151,4 @@ def test_torchtitan_op_sac_plans_check_re_estimate_and_export():
         assert re_estimate(SWIGLU, cluster, "torchtitan", c.plan) == pytest.approx(
             c.step_time_s, rel=1e-9
         )
-        assert_launched(c.plan, SWIGLU, "torchtitan")
+        assert_launched(c.plan, SWIGLU, "torchtitan", problem.cluster)

@@ -256,7 +256,7 @@ def test_cli_searches_an_moe_model_and_refuses_impossible_expert_axes(capsys):
         "--ep",
         "2",
     )
-    assert code == 2 and "ep: [2] is not allowed for llama3-8b" in text
+    assert code == 2 and "ep: [2] is not allowed; " in text and "(llama3-8b is dense)" in text
 
 
 def test_cli_vary_split_finds_the_uneven_layouts_deepseek_v3_runs_use(capsys):

@@ -61,3 +61,20 @@ def test_the_search_returns_zero_1_overlapped_with_the_optimizer_offloaded(monke
     plans = [q for p in fast.plans for q in (p.plan, *p.equivalents)]
     assert any(q.overlap_dp_grad_reduce and q.offload_optimizer for q in plans)
     assert not any(q.overlap_dp_grad_reduce and not q.offload_optimizer for q in plans)
+
+
+def test_zero2_offloaded_candidates_are_priced_as_the_estimate(monkeypatch):
+    """DeepSpeed's ZeRO 2 with and without the optimizer offloaded (whose partition passes are not priced,
+    step.constants.offloaded_partition_accumulation): both searched, the fast search equal to the
+    exhaustive one (its bound admissible), every returned row re-estimating to its step."""
+    problem = _problem(zero=(2,))
+    seen = {
+        plan_of(problem, r, o).offload_optimizer for r in rows(problem) for o in grid(problem, r)
+    }
+    assert seen == {True, False}
+    monkeypatch.setattr(row_scan, "CHUNK_CANDIDATES", 1)
+    fast, ref = search(problem, top_k=8), exhaustive_search(problem, top_k=8)
+    assert [p.key for p in fast.plans] == [p.key for p in ref.plans]
+    for p in fast.plans:
+        again = estimate(problem.model, problem.system, p.plan).step_time_s
+        assert math.isclose(again, p.estimate.step_time_s, rel_tol=1e-9)

@@ -66,7 +66,7 @@ def test_ring_floor_never_exceeds_the_exposed_ring(model_name, system_name):
         ):
             if not BLOCK_KINDS[name].core_ops(model, shape):
                 continue
-            facts = _kind_cost_facts(model, system, name, shape, tp_span, cp_span)
+            facts = _kind_cost_facts(model, system, name, shape, (tp_span, cp_span))
             floor = ring_floor_s(
                 ring, facts.compute.attention_forward, facts.compute.attention_backward
             )
@@ -94,7 +94,7 @@ def test_ring_floor_is_large_beyond_the_domain_and_absent_without_a_ring():
     wide = layer_shape_of(problem, 1, 64, 1, False, "1d", 0, expert)
     forward, backward = ring_transfer_floor_s(model, system, wide)
     facts = _kind_cost_facts(
-        model, system, "moe_layer", wide, GroupSpan(1, 1, 1), GroupSpan(64, 8, 8)
+        model, system, "moe_layer", wide, (GroupSpan(1, 1, 1), GroupSpan(64, 8, 8))
     )
     assert ring_floor_s(
         (forward, backward), facts.compute.attention_forward, facts.compute.attention_backward

@@ -126,8 +126,8 @@ def test_userbuffers_stacks_are_not_priced_by_the_decomposition():
     model = load_model("llama3-70b")
     shape = LayerShape(8, 1, 1, 8192, True, "flash", "bf16")
     spans = (GroupSpan(8, 8, 1), GroupSpan(1, 1, 1))
-    mega = _kind_cost_facts(model, _system("megatron-core"), "decoder", shape, *spans)
-    titan = _kind_cost_facts(model, _system("torchtitan-compiled"), "decoder", shape, *spans)
+    mega = _kind_cost_facts(model, _system("megatron-core"), "decoder", shape, spans)
+    titan = _kind_cost_facts(model, _system("torchtitan-compiled"), "decoder", shape, spans)
     assert mega.comm.tp_async == 0.0 and mega.comm.tp_async_forward == 0.0
     assert titan.comm.tp_async == 1.0
 

@@ -12,11 +12,12 @@ import numpy as np
 import pytest
 
 from paraplan.api import estimate
-from paraplan.cost.runtimes import deepspeed_allreduce_copy_bytes
+from paraplan.cost.runtimes import bf16_optimizer_clear_bytes, deepspeed_allreduce_copy_bytes
 from paraplan.catalog import load_system
 from paraplan.step import bf16_optimizer_sync as bf16_sync
 from paraplan.step import tail
 from paraplan.step.bf16_optimizer_sync import (
+    bf16_optimizer_clear_extra_bytes,
     bf16_optimizer_kinds,
     bf16_optimizer_norm_extra_bytes,
     bf16_optimizer_traffic,
@@ -128,13 +129,14 @@ def test_zero0_state_bytes_per_param_by_hand():
 
 def test_zero0_optimizer_step_by_hand():
     """The same run's optimizer step at zero 0: 54 B of HBM traffic (the default optimizer_step_bytes) for
-    each of its P/8 partition's parameters, plus the norm's read of the other 7/8 of the whole fp32
-    gradient (4 B each: BF16_Optimizer.step's get_grads_for_norm reads the unsharded gradient), at
-    3.35 TB/s · 0.85: P · (54/8 + 4 · 7/8) B; zero 1 with fp32 gradients (the same optimizer) alike, zero 1
-    with bf16 gradients (the ZeRO-1 optimizer, its norm over its partition) P/8 · 54 B."""
+    each of its P/8 partition's parameters, plus the norm's read and clear_hp_grads' zeroing of the other
+    7/8 of the whole fp32 gradient (4 B each: BF16_Optimizer.step's get_grads_for_norm reads and its
+    clear_hp_grads zeroes the unsharded gradient), at 3.35 TB/s · 0.85: P · (54/8 + (4 + 4) · 7/8) B;
+    zero 1 with fp32 gradients (the same optimizer) alike, zero 1 with bf16 gradients (the ZeRO-1
+    optimizer, its norm and zeroing over its partition) P/8 · 54 B."""
     e = estimate("gpt3-1.3b", H100, framework="deepspeed", zero=0, **PLAN)
     params = e.stages[0].weights_bytes / 2
-    by_hand = params * (54.0 / 8 + 4.0 * 7 / 8) / (3.35e12 * 0.85)
+    by_hand = params * (54.0 / 8 + 8.0 * 7 / 8) / (3.35e12 * 0.85)
     assert e.breakdown.optimizer_s == pytest.approx(by_hand, rel=1e-9)
     fp32 = estimate("gpt3-1.3b", H100, framework="deepspeed", zero=1, grad_dtype="fp32", **PLAN)
     assert fp32.breakdown.optimizer_s == pytest.approx(e.breakdown.optimizer_s, rel=1e-12)
@@ -142,20 +144,27 @@ def test_zero0_optimizer_step_by_hand():
     assert e1.breakdown.optimizer_s == pytest.approx(params / 8 * 54.0 / (3.35e12 * 0.85), rel=1e-9)
 
 
-def test_norm_extra_bytes_by_hand():
-    """bf16_optimizer_norm_extra_bytes: (P − owned) · 4 B where the BF16_Optimizer runs (zero 0; zero 1 with
-    fp32 gradients), 0 at zero 1 with bf16 gradients, at zero 2 and on a stack that never runs it."""
+@pytest.mark.parametrize(
+    "extra",
+    [bf16_optimizer_norm_extra_bytes, bf16_optimizer_clear_extra_bytes],
+    ids=["norm", "clear"],
+)
+def test_unsharded_extra_bytes_by_hand(extra):
+    """bf16_optimizer_norm_extra_bytes (the norm's read) and bf16_optimizer_clear_extra_bytes
+    (clear_hp_grads' zeroing, a write): (P − owned) · 4 B each where the BF16_Optimizer runs (zero 0; zero 1
+    with fp32 gradients), 0 at zero 1 with bf16 gradients, at zero 2 and on a stack that never runs it."""
+    assert bf16_optimizer_clear_bytes() == 4.0
     stage = SimpleNamespace()
     inp = _inp(np.array([0, 1, 2]), True)
     inp.gradient_groups = {"dense": None}
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(bf16_sync, "stage_params", lambda s, name: 800.0)
-        assert list(bf16_optimizer_norm_extra_bytes(inp, stage, 100.0)) == [2800.0, 2800.0, 0.0]
+        assert list(extra(inp, stage, 100.0)) == [2800.0, 2800.0, 0.0]
         no_zero1 = _inp(1, False)
         no_zero1.gradient_groups = {"dense": None}
-        assert bf16_optimizer_norm_extra_bytes(no_zero1, stage, 100.0) == 0.0
+        assert extra(no_zero1, stage, 100.0) == 0.0
         other = _inp(0, True, stack_runs_it=False)
-        assert bf16_optimizer_norm_extra_bytes(other, stage, 100.0) == 0.0
+        assert extra(other, stage, 100.0) == 0.0
 
 
 def test_fallback_copy_bytes_by_hand():

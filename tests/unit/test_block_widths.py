@@ -28,7 +28,7 @@ TP_SPAN = GroupSpan(TP, TP, 1)
 def test_a_block_at_a_groups_widths_is_costed_as_a_model_of_those_widths():
     system = load_system("dgx-a100-80gb")
     wide = layer_models(MODEL)[-1]  # the second group's widths: ffn_hidden 2F
-    at = kind_cost_facts(MODEL, system, SHAPE, TP_SPAN, NO_SPAN, "decoder", True, wide)
+    at = kind_cost_facts(MODEL, system, SHAPE, TP_SPAN, NO_SPAN, "decoder", width=wide)
     assert at == kind_cost_facts(wide, system, SHAPE, TP_SPAN, NO_SPAN, "decoder")
     memory = kind_memory_facts(MODEL, SHAPE, "decoder", "selective", wide)
     assert memory == kind_memory_facts(wide, SHAPE, "decoder", "selective")
@@ -48,7 +48,7 @@ def test_a_per_stage_block_is_the_uniform_kind_cost_at_its_widths():
     assert len({ref.width for ref in refs}) == 2
     for ref in refs:
         facts = _block_facts(MODEL, system, ref, SHAPE, "full", 1.0, None, True, TP_SPAN)
-        cost = kind_cost_facts(MODEL, system, SHAPE, TP_SPAN, NO_SPAN, ref.kind, True, ref.width)
+        cost = kind_cost_facts(MODEL, system, SHAPE, TP_SPAN, NO_SPAN, ref.kind, width=ref.width)
         memory = kind_memory_facts(MODEL, SHAPE, ref.kind, "full", ref.width)
         assert (facts.compute, facts.comm, facts.params) == (cost.compute, cost.comm, cost.params)
         assert (facts.activation_bytes, facts.held_bytes, facts.buffer_bytes) == memory

@@ -29,8 +29,10 @@ from paraplan.specs.plan import RuntimeFields
 from paraplan.step.constants import (
     at_zero_stage,
     least_zero_stage_terms,
+    offloaded_partition_accumulation,
     system_terms,
     zero_accumulation_bytes,
+    zero_stage_values,
 )
 
 H100 = "dgx-h100-80gb"
@@ -140,11 +142,11 @@ def test_the_bound_takes_the_least_cell():
     )  # stages 0, 1 and the BF16_Optimizer own none
 
 
-def _backward_added(zero: int, dtype: str) -> tuple[float, float]:
+def _backward_added(zero: int, dtype: str, offload: bool = False) -> tuple[float, float]:
     """(backward seconds the deepspeed profile adds to the same stack without DeepSpeed's optimizers
     (zero0_bf16_optimizer false: no pass), P per GPU) of gpt3-1.3b on 8 H100s, micro-batch 4, global
-    batch 64 (m = 2) at ZeRO ``zero`` in ``dtype``."""
-    fields = {"zero": zero, "dtype": dtype, **PLAN}
+    batch 64 (m = 2) at ZeRO ``zero`` in ``dtype``, the optimizer offloaded where ``offload``."""
+    fields = {"zero": zero, "dtype": dtype, "offload_optimizer": offload, **PLAN}
     on = estimate("gpt3-1.3b", H100, framework="deepspeed", **fields)
     off = estimate(
         "gpt3-1.3b",
@@ -175,3 +177,27 @@ def test_zero2_passes_by_hand():
     assert added == pytest.approx(
         step_bytes / _system("deepspeed").accelerator.hbm_rate(), rel=1e-9
     )
+
+
+def test_zero2_offloaded_runs_no_partition_pass_by_hand():
+    """The same run with the optimizer offloaded: copy_grads_in_partition returns early under cpu_offload
+    and the epilogue's averaged_gradients add runs only without it (stage_1_and_2.py 1315-1326, 763 at
+    0050fdad): the IPG bucket copy alone, 2·P·4 B in the step (0.81 ms less than without offload)."""
+    added, params = _backward_added(2, "bf16", offload=True)
+    hbm = _system("deepspeed").accelerator.hbm_rate()
+    assert added == pytest.approx(2 * params * 4.0 / hbm, rel=1e-9)
+    kept, _ = _backward_added(2, "bf16")
+    assert kept - added == pytest.approx(params / 8 * (2 * 10.0 - 6.0) / hbm, rel=1e-9)
+
+
+def test_offloaded_partition_cells_are_zero_over_candidates():
+    """zero_stage_values over candidates (the search's arrays): the partition cells 0 where offloaded, the
+    bucket copy kept; offloaded_partition_accumulation by hand."""
+    assert offloaded_partition_accumulation(10.0, True) == 0.0
+    assert offloaded_partition_accumulation(10.0, False) == 10.0
+    terms = system_terms(_system("deepspeed"), "bf16", RuntimeFields(grad_dtype="bf16"))
+    stage_terms = at_zero_stage(terms, 0)["zero_stage_terms"]
+    got = zero_stage_values(stage_terms, np.array([2, 2, 1]), np.array([False, True, True]))
+    assert got["grad_accumulation_bytes"].tolist() == [4.0, 4.0, 6.0]
+    assert got["grad_accumulation_owned_bytes"].tolist() == [10.0, 0.0, 0.0]
+    assert got["grad_accumulation_owned_first_saving_bytes"].tolist() == [6.0, 0.0, 0.0]

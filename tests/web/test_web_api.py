@@ -3,6 +3,8 @@ input with the CLI's one-line error, the size limit, cancel and the time limit o
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 pytest.importorskip(
@@ -10,7 +12,15 @@ pytest.importorskip(
 )
 
 from starlette.testclient import TestClient
-from web_helpers import CLUSTER, SMALL, SWEEP, cluster_search, wait
+from web_helpers import (
+    CLUSTER,
+    MOE_CLUSTER,
+    SMALL,
+    SWEEP,
+    cluster_search,
+    moe_cluster_search,
+    wait,
+)
 
 from paraplan import api
 from paraplan.web.app import MAX_BODY, create_app
@@ -279,6 +289,123 @@ def test_a_pasted_cluster_names_catalog_systems_only(client):
     done = wait(client, job["id"])
     assert done["state"] == "error" and done["error"]["field"] == "cluster-text"
     assert done["error"]["message"].startswith("cluster.pools[0].system: '/etc/passwd' is not")
+
+
+def test_a_moe_cluster_request_gives_the_plans_of_search_cluster(client):
+    """The page's cluster search of an MoE model with ep, etp, dispatcher, expert-load-cv, cp, schedule
+    and time-budget: the plans (labels, step times) and the space of api.search_cluster given them."""
+    job = client.post("/api/search", json={"params": MOE_CLUSTER}).json()
+    done = wait(client, job["id"])
+    assert done["state"] == "done", done
+    doc = done["result"]
+    found = moe_cluster_search()
+    assert found["plans"] and found["finished"]
+    assert [(p["label"], p["step_time_s"]) for p in doc["plans"]] == [
+        (p["label"], p["step_time_s"]) for p in found["plans"]
+    ]
+    assert (doc["space"], doc["evaluated"]) == (found["space"], found["evaluated"])
+    # the options reached the search: without them its space is another
+    plain = {k: v for k, v in MOE_CLUSTER.items() if k not in ("cp", "schedule", "dispatcher")}
+    other = wait(client, client.post("/api/search", json={"params": plain}).json()["id"])
+    assert other["state"] == "done" and other["result"]["space"] < doc["space"], other
+
+
+def _command(tmp_path, params: dict) -> list[str]:
+    """``paraplan search --cluster FILE`` with the page's options ``params`` (the same names), the
+    pasted cluster written to FILE."""
+    (tmp_path / "cluster.yaml").write_text(params["cluster-text"])
+    argv = ["search", "--cluster", str(tmp_path / "cluster.yaml")]
+    for flag, value in params.items():
+        if flag != "cluster-text":
+            argv += [f"--{flag}", value]
+    return argv
+
+
+def test_a_cluster_request_with_a_framework_reads_it_as_the_command(client, cli, tmp_path):
+    """A framework with the cluster: its stack and plan defaults, its attention where none is given
+    (megatron-lm-2021's is not FlashAttention), the plans of api.search_cluster and of ``paraplan search
+    --cluster --framework --json``."""
+    params = {"model": "gpt3-1.3b", "cluster-text": CLUSTER, "global-batch": "32", "top": "3"}
+    params |= {"tp": "1,2", "pp": "1,2", "framework": "megatron-lm-2021"}
+    done = wait(client, client.post("/api/search", json={"params": params}).json()["id"])
+    assert done["state"] == "done", done
+    steps = [p["step_time_s"] for p in done["result"]["plans"]]
+    found = api.search_cluster(
+        "gpt3-1.3b",
+        CLUSTER,
+        32,
+        top=3,
+        seq_length=2048,
+        framework="megatron-lm-2021",
+        tps=(1, 2),
+        pps=(1, 2),
+    )
+    assert steps == [p["step_time_s"] for p in found["plans"]] and steps
+    code, out, err = cli(*_command(tmp_path, params), "--json")
+    assert code == 0, err
+    assert steps == [p["step_time_s"] for p in json.loads(out)["plans"]]
+    assert steps != [
+        p["step_time_s"] for p in cluster_search()["plans"]
+    ]  # the profile's, not flash
+
+
+def test_the_cluster_form_takes_exactly_the_options_of_search_cluster():
+    """The page's cluster options are those ``paraplan search --cluster`` honours (its parameters
+    that cli.search_cmd.HETERO_SEARCH_OPTIONS and the AMP-style axes let through; any other it
+    refuses), less those of the other searches (system, gpus, non-uniform) and of the terminal
+    (json, width), its --cluster file pasted as cluster-text: an option the command gains is on the
+    page. Each is read by its kind and names a keyword api.search_cluster takes."""
+    import inspect
+    from dataclasses import fields
+
+    from paraplan.cli import search_cmd
+    from paraplan.search.staged import AMP_SEARCH_AXES
+    from paraplan.search.staged.hetero import HeteroProblem
+    from paraplan.web import params
+
+    parameters = set(inspect.signature(search_cmd.search).parameters) - {"ctx"}
+    allowed = search_cmd.HETERO_SEARCH_OPTIONS | set(AMP_SEARCH_AXES)
+    assert allowed <= parameters  # every name the command lets through is one of its options
+    honoured = {name.replace("_", "-") for name in parameters & allowed}
+    honoured -= {"system", "gpus", "non-uniform", "as-json", "width", "cluster"}
+    assert params.CLUSTER_OPTIONS - {"model-text", "cluster-text", "plan", "compare"} == honoured
+    names = api.catalog_names()
+    assert all(params._value({}, f, names) is None for f in honoured - {"model"})
+    takes = set(inspect.signature(api.search_cluster).parameters)
+    takes |= {f.name for f in fields(HeteroProblem)}
+    assert set(params.CLUSTER_KEYWORDS.values()) <= takes
+
+
+@pytest.mark.parametrize(
+    "change, field",
+    [
+        ({"ep": "4,x"}, "ep"),
+        ({"etp": "-1"}, "etp"),
+        ({"dispatcher": "fast"}, "dispatcher"),
+        ({"schedule": "dualpipe"}, "schedule"),
+        ({"cp": "0"}, "cp"),
+        ({"cp": "3"}, "cp"),
+        ({"schedule": "interleaved"}, "schedule"),
+        ({"time-budget": "-1"}, "time-budget"),
+        ({"time-budget": "soon"}, "time-budget"),
+        ({"expert-load-cv": "nan"}, "expert-load-cv"),
+        ({"expert-load-cv": "99"}, "expert-load-cv"),
+    ],
+)
+def test_a_bad_cluster_option_is_the_commands_one_line_error(client, cli, tmp_path, change, field):
+    """A bad value of a cluster option: ``search --cluster``'s own one-line error, naming the field
+    (refused by the form's reading, 400, or by the search's problem, the job's error)."""
+    params = {**MOE_CLUSTER, **change}
+    response = client.post("/api/search", json={"params": params})
+    if response.status_code == 400:
+        error = response.json()["error"]
+    else:
+        done = wait(client, response.json()["id"])
+        assert done["state"] == "error", done
+        error = done["error"]
+    code, _, err = cli(*_command(tmp_path, params))
+    assert code == 2 and err.strip() == f"error: {error['message']}", (err, error)
+    assert error["field"] == field
 
 
 def test_a_time_to_train_objective_ranks_by_goodput(client):

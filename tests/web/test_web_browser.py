@@ -24,7 +24,7 @@ playwright_api = pytest.importorskip(
     "playwright.sync_api", reason="playwright is not installed: pip install 'paraplan[test]'"
 )
 
-from web_helpers import CLUSTER, SMALL, SWEEP, cluster_search
+from web_helpers import CLUSTER, MOE_CLUSTER, SMALL, SWEEP, cluster_search, moe_cluster_search
 
 CHROMIUM = os.environ.get("PARAPLAN_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 ARGS = [
@@ -272,6 +272,29 @@ def test_a_cluster_of_pools_is_searched(browser, server, shots):
     assert labels == [p["label"] for p in found["plans"]] and labels
     assert page.is_hidden("#ranked")
     page.screenshot(path=str(shots / "cluster.png"), full_page=True)
+    page.context.close()
+
+
+def test_a_moe_cluster_takes_the_expert_options(browser, server, shots):
+    """The form's cluster search of an MoE model with its controls for ep, etp, dispatcher,
+    expert-load-cv, cp, schedule and time-budget filled: the plans of api.search_cluster given them."""
+    page = _page(browser)
+    page.goto(server)
+    page.wait_for_selector("body[data-ready]")
+    page.select_option("#f-model", MOE_CLUSTER["model"])
+    page.click("#cluster-box summary")
+    page.fill("[name=cluster-text]", CLUSTER)
+    page.fill("[name=max-global-batch]", "")
+    for name, value in MOE_CLUSTER.items():
+        if name not in ("model", "cluster-text"):
+            page.fill(f"[name={name}]", value)
+    page.click("#search")
+    _searched(page)
+    labels = page.eval_on_selector_all(
+        "#cluster-plans tbody tr td.plan", "cells => cells.map(c => c.innerText)"
+    )
+    assert labels == [p["label"] for p in moe_cluster_search()["plans"]] and labels
+    page.screenshot(path=str(shots / "cluster-moe.png"), full_page=True)
     page.context.close()
 
 

@@ -46,19 +46,37 @@ pools:
 """
 
 
-def cluster_search() -> dict:
-    """api.search_cluster of GPT-3 1.3B on CLUSTER, global batch 32, tp and pp in {1, 2}, top 3: what
-    the page's cluster search (those fields filled) must show."""
+def cluster_search(model: str = "gpt3-1.3b", global_batch: int = 32, **fields) -> dict:
+    """api.search_cluster of ``model`` on CLUSTER, top 3, sequence 2048, bf16, FlashAttention, with
+    ``fields`` (default: GPT-3 1.3B, global batch 32, tp and pp in {1, 2}): what the page's cluster
+    search (those fields filled) must show."""
     from paraplan import api
 
+    fields = fields or {"tps": (1, 2), "pps": (1, 2)}
     return api.search_cluster(
-        "gpt3-1.3b",
+        model,
         CLUSTER,
-        32,
+        global_batch,
         top=3,
         seq_length=2048,
         dtype="bf16",
         attention="flash",
-        tps=(1, 2),
-        pps=(1, 2),
+        **fields,
     )
+
+
+# a mixture-of-experts model on CLUSTER with the per-stage options beyond a dense model's, as the page
+# takes them: the expert axes and routing spread (search.staged.experts), cp and the schedules
+# (search.staged.axes), the time budget
+MOE_CLUSTER = {"model": "qwen3-30b-a3b", "cluster-text": CLUSTER, "global-batch": "16", "top": "3"}
+MOE_CLUSTER |= {"tp": "1", "pp": "2", "micro-batch": "2", "recompute": "none", "cp": "1,2"}
+MOE_CLUSTER |= {"ep": "8", "etp": "1", "dispatcher": "alltoall,allgather", "expert-load-cv": "0.5"}
+MOE_CLUSTER |= {"schedule": "1f1b,zb-h1", "time-budget": "120"}
+
+
+def moe_cluster_search() -> dict:
+    """api.search_cluster of MOE_CLUSTER's problem: what the page's cluster search of it must show."""
+    axes = {"tps": (1,), "pps": (2,), "micro_batches": (2,), "recompute": ("none",), "cps": (1, 2)}
+    axes |= {"schedules": ("1f1b", "zb-h1"), "ep": (8,), "etp": (1,), "expert_load_cv": 0.5}
+    axes |= {"dispatchers": ("alltoall", "allgather"), "time_budget_s": 120.0}
+    return cluster_search("qwen3-30b-a3b", 16, **axes)

@@ -54,7 +54,7 @@ from paraplan.cli.options import (
 )
 from paraplan.io.options import check_price, parse_tokens
 from paraplan.search.headroom import DEFAULT_MEMORY_HEADROOM, fit_note
-from paraplan.search.staged import AMP_SEARCH_AXES, STAGE_SEARCH_AXES
+from paraplan.search.staged import AMP_SEARCH_AXES, STAGE_SEARCH_AXES, STAGE_SEARCH_INPUTS
 from paraplan.specs.errors import InputError
 from paraplan.specs.limits import LARGE_BLOCKS, LARGE_COSTINGS, MAX_TOP
 
@@ -65,29 +65,18 @@ def launch_note(launches: list[list[str]]) -> str:
     return f"launches in (paraplan export; --framework F searches only F's plans): {rows}"
 
 
-# the options the per-stage searches (cli.hetero_cmd.search_hetero) honour, by parameter name; any other is refused
+# the options the per-stage searches (cli.hetero_cmd.search_hetero) honour, by parameter name (their inputs
+# and axes: search.staged; with --cluster also AMP_SEARCH_AXES); any other is refused
 HETERO_SEARCH_OPTIONS = frozenset(
     {
-        "model",
         "system",
         "gpus",
         "cluster",
         "non_uniform",
-        "time_budget",
-        *STAGE_SEARCH_AXES,
-        "global_batch",
-        "seq_length",
-        "dtype",
-        "attention",
-        "top",
         "as_json",
         "width",
-        "framework",
-        # a mixture-of-experts model's axes and router spread (search.staged.experts), as the uniform search's
-        "ep",
-        "etp",
-        "dispatcher",
-        "expert_load_cv",
+        *STAGE_SEARCH_INPUTS,
+        *STAGE_SEARCH_AXES,
     }
 )
 RESTRICT_HINT = (

@@ -293,8 +293,10 @@ def zero2_partition_bytes(grad_bytes: float) -> float:
     ``grads_in_partition`` (``copy_grads_in_partition``: read, write), and the epilogue
     (``independent_gradient_partition_epilogue``, every micro-batch: DeepSpeedEngine.allreduce_gradients
     calls it where ``zero_optimization_partition_gradients``) adds them into ``averaged_gradients``
-    (``accumulated_grad.add_(new_avg_grad)``: read two, write one), on the compute stream without
-    overlap_comm (stage_1_and_2.py 747-790, 1315-1349, 1351-1402 at 0050fdad; engine.py 1914-1928)."""
+    (``accumulated_grad.add_(new_avg_grad)``: read two, write one), on the compute stream (stage_1_and_2.py
+    747-790, 1315-1349, 1351-1402 at 0050fdad; engine.py 1914-1928). With overlap_comm the partition copy
+    runs on ``reduction_stream`` (1368-1369); priced on the compute stream alike, a simplification. None
+    of the two runs where the optimizer is offloaded (step.constants.offloaded_partition_accumulation)."""
     return 2.0 * grad_bytes + 3.0 * grad_bytes
 
 
@@ -443,6 +445,18 @@ def foreach_adamw_clip_bytes() -> float:
     return adam + clip_grad_norm_bytes()
 
 
+def bf16_optimizer_clear_bytes() -> float:
+    """HBM bytes per parameter that DeepSpeed's BF16_Optimizer writes each step clearing its gradients: 4,
+    its fp32 gradient zeroed once.
+
+    ``BF16_Optimizer.step`` ends with ``clear_hp_grads`` (runtime/bf16_optimizer.py 312 and 436-440 at
+    deepspeedai/DeepSpeed 0050fdad; 315 and 431-436 at 56c52238, the April-2022 merge), which runs
+    ``flat_gradients.zero_()`` over every ``fp32_groups_gradients_flat`` buffer, the whole unsharded fp32
+    gradient (``torch.zeros_like(bf16_groups_flat[i], dtype=grad_acc_dtype)``, 147-149), not only the
+    rank's partition: a memset, one write of 4 B per parameter."""
+    return 4.0
+
+
 def deepspeed_allreduce_copy_bytes(kept_bytes, reduce_bytes, flat):
     """HBM bytes per parameter that DeepSpeed's fallback all-reduce moves around the collective, for
     gradients kept in k = ``kept_bytes`` and reduced in c = ``reduce_bytes`` bytes: 2·c, plus 2·k + 2·c
@@ -457,8 +471,12 @@ def deepspeed_allreduce_copy_bytes(kept_bytes, reduce_bytes, flat):
     ``buf.copy_(synced)`` of each gradient from the unflattened result (read k, write k; none where
     ``synced`` is the gradient itself, PyTorch's copy_ returning early on the same data). The
     BF16_Optimizer hands it one flat fp32 buffer per parameter group (``get_grads_for_reduction``,
-    ``non_expert_gradients``, runtime/bf16_optimizer.py 147-153, 369-372): flat; the other optimizers
-    their per-parameter ``param.grad`` (``_get_gradients_for_reduction``, engine.py 2381)."""
+    ``non_expert_gradients``, runtime/bf16_optimizer.py 147-153, 369-372), priced flat; the other
+    optimizers their per-parameter ``param.grad`` (``_get_gradients_for_reduction``, engine.py 2381).
+    Flat is a simplification (a known limit, docs/model.md): ``allreduce_no_retain`` (2368-2379) packs
+    tensors into one bucket until it holds more than 5e8 elements, so the BF16_Optimizer's group buffers
+    share a bucket, flattened and copied back (4·k more), wherever a group before the last holds ≤ 5e8
+    elements on the GPU (Megatron-DeepSpeed's weight-decay halves and no-decay group)."""
     cast = where(reduce_bytes != kept_bytes, 2.0 * kept_bytes + 2.0 * reduce_bytes, 0.0)
     return 2.0 * reduce_bytes + cast + where(flat, 0.0, 4.0 * kept_bytes)
 

@@ -2,7 +2,8 @@
 pairs (``expert_degrees``) and the (dispatcher, a2a overlap) switches of a pair (``expert_switches``). The uniform
 search (search.space.SearchProblem.expert_options) asks them for one stage's degrees, the per-stage searches
 (search.staged.experts) for every stage of a candidate at once (issue 31: one ep and etp per plan,
-specs.rules_moe.stage_expert_rule)."""
+specs.rules_moe.stage_expert_rule). Both problems refuse stated axes no plan can take alike
+(``expert_axes_violations``)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,12 @@ from paraplan.search.divisors import divisors
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.moe_plan import SEARCH_DISPATCHERS
 from paraplan.specs.parallel import ParallelDims
-from paraplan.specs.rules_moe import dispatcher_rule, expert_degree_rules
+from paraplan.specs.rules_moe import (
+    dispatcher_rule,
+    expert_degree_rules,
+    expert_free_rule,
+    expert_load_cv_rule,
+)
 from paraplan.specs.rules_stack import stack_parallelism_rules
 
 
@@ -31,14 +37,22 @@ def expert_degrees(
     expert degree rules (specs.rules_moe.expert_degree_rules: ep divides the experts, ep·etp the stage's
     tp·cp·dp, etp an expert's width) and every stack of ``stacks`` (efficiency.runtime.parallelism) runs
     its degrees (specs.rules_stack.stack_parallelism_rules)."""
-    eps = eps or tuple(divisors(model.experts))
-    etps = etps or tuple(sorted({1, *(d.tp for d in stages)}))
+    eps, etps = expert_axis_values(model, [d.tp for d in stages], eps, etps)
     return [
         (ep, etp)
         for ep in eps
         for etp in etps
         if all(_takes(model, replace(d, ep=ep, etp=etp), stacks) for d in stages)
     ]
+
+
+def expert_axis_values(
+    model: ModelSpec, tps: Sequence[int], eps: tuple[int, ...] | None, etps: tuple[int, ...] | None
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(the ep values, the etp values) the expert axes range over for stages of tensor-parallel degrees
+    ``tps``: ``eps`` (None: every divisor of the experts) and ``etps`` (None: 1 and each of ``tps``,
+    Megatron-Core's two settings), before the rules (expert_degrees keeps the pairs they allow)."""
+    return eps or tuple(divisors(model.experts)), etps or tuple(sorted({1, *tps}))
 
 
 def _takes(model: ModelSpec, dims: ParallelDims, stacks: Sequence[tuple[str, ...]]) -> bool:
@@ -67,3 +81,40 @@ def expert_switches(
     return tuple(
         (d, ov) for d in allowed for ov in overlaps if launch.a2a_overlap_allowed(framework, ov)
     )
+
+
+def expert_axes_violations(
+    model: ModelSpec,
+    ep: tuple[int, ...] | None,
+    etp: tuple[int, ...] | None,
+    dispatchers: tuple[str, ...] | None,
+    capacity_factor: float | None,
+    expert_load_cv: float | None,
+) -> list[tuple[str, object, str]]:
+    """(field, value, why) of stated expert axes no plan of ``model`` can take, whatever its degrees: the
+    router's spread (specs.rules_moe.expert_load_cv_rule); on a dense model an ``ep`` / ``etp`` other than 1
+    (expert_free_rule); on an MoE model an axis every (ep, etp) pair of which breaks a rule of its values
+    (expert_degree_rules on the least stage that carves it, tp·cp·dp = ep·etp: ep divides the experts, etp
+    an expert's width), or ``dispatchers`` each refused by the capacity (dispatcher_rule). The one check of
+    the uniform search (search.space.SearchProblem) and the per-stage ones (search.staged.problem); the
+    uniform search then asks its factorizations for a layout, which the per-stage searches' candidates do."""
+    out = []
+    if rule := expert_load_cv_rule(model, expert_load_cv):
+        out.append(("expert_load_cv", expert_load_cv, rule))
+    if not model.is_moe:
+        for name, values in (("ep", ep), ("etp", etp)):
+            if values and (
+                rule := next(filter(None, (expert_free_rule(model, v) for v in values)), None)
+            ):
+                out.append((name, list(values), f"{rule} ({model.name} is dense)"))
+        return out
+    pairs = [(e, t) for e in (ep or (1,)) for t in (etp or (1,))]
+    broken = [expert_degree_rules(model, ParallelDims(dp=e * t, ep=e, etp=t)) for e, t in pairs]
+    if all(broken):
+        field, _value, rule = broken[0][0]  # specs.rules.Rule: (field, value, rule)
+        name = field.removeprefix("plan.")
+        out.append((name, list({"ep": ep, "etp": etp}[name] or (1,)), rule))
+    refused = [dispatcher_rule(d, capacity_factor) for d in dispatchers or ()]
+    if refused and all(refused):
+        out.append(("dispatcher", list(dispatchers), refused[0]))
+    return out

@@ -26,7 +26,7 @@ from functools import cached_property, lru_cache
 from paraplan.cost.comm import GroupSpan
 from paraplan.search import launch
 from paraplan.search.divisors import divisors as _divisors
-from paraplan.search.expert_axes import expert_degrees, expert_switches
+from paraplan.search.expert_axes import expert_axes_violations, expert_degrees, expert_switches
 from paraplan.search.grid_axes import SCHEDULES, SPLIT_BACKWARD_SCHEDULES, GridAxes
 from paraplan.search.options import (
     NO_EXPERT_OPTION,
@@ -55,13 +55,7 @@ from paraplan.specs.rules import (
     tp_rules_text,
     ulysses_rule,
 )
-from paraplan.specs.rules_moe import (
-    dispatcher_rule,
-    expert_degree_rules,
-    expert_free_rule,
-    expert_load_cv_rule,
-    moe_sequence_parallel_rule,
-)
+from paraplan.specs.rules_moe import expert_degree_rules, moe_sequence_parallel_rule
 from paraplan.specs.rules_precision import accelerator_rules
 from paraplan.specs.rules_stack import stack_gpus_rule, stack_parallelism_rules
 from paraplan.specs.system import SystemSpec
@@ -376,46 +370,24 @@ class SearchProblem(GridAxes):
 
     def _check_expert_axes(self, factorizations) -> None:
         """The expert axes (--ep, --etp, --dispatcher) name values some plan can take, and the router's expert spread
-        (--expert-load-cv) is one the model's router can have (specs.rules_moe rules)."""
-        if rule := expert_load_cv_rule(self.model, self.expert_load_cv):
-            raise InputError.from_violations(
-                [Violation("expert_load_cv", self.expert_load_cv, rule)]
-            )
-        given = {
-            name: values
-            for name, values in (
-                ("ep", self.ep),
-                ("etp", self.etp),
-                ("dispatcher", self.dispatchers),
-            )
-            if values
-        }
-        if not self.model.is_moe:
-            for name, values in given.items():
-                if name != "dispatcher" and any(expert_free_rule(self.model, v) for v in values):
-                    raise InputError(
-                        f"{name}: {list(values)} is not allowed for {self.model.name}; expert parallelism "
-                        "needs a mixture-of-experts model (dense models use 1)"
-                    )
+        (--expert-load-cv) is one the model's router can have (search.expert_axes.expert_axes_violations, the
+        per-stage searches' check too); then some factorization takes an expert layout of them."""
+        axes = (self.ep, self.etp, self.dispatchers, self.capacity_factor, self.expert_load_cv)
+        if refused := expert_axes_violations(self.model, *axes):
+            raise InputError.from_violations([Violation(*v) for v in refused])
+        if not self.model.is_moe or any(
+            self.expert_options(f.tp, f.cp, f.dp) for f in factorizations
+        ):
             return
-        if not any(self.expert_options(f.tp, f.cp, f.dp) for f in factorizations):
-            tp, cp, dp, _ = factorizations[0]
-            ep, etp = (self.ep or (1,))[0], (self.etp or (1,))[0]
-            rules = expert_degree_rules(self.model, ParallelDims(tp, cp, dp, ep=ep, etp=etp))
-            dispatchers = [
-                d for d in (self.dispatchers or ()) if dispatcher_rule(d, self.capacity_factor)
-            ]
-            if rules:
-                _field, _value, why = rules[0]  # specs.rules.Rule: (field, value, rule)
-            elif dispatchers:
-                why = dispatcher_rule(dispatchers[0], self.capacity_factor)
-            else:
-                why = "no plan has it"
-            raise InputError(
-                f"ep: {list(self.ep or ())} / etp: {list(self.etp or ())} / dispatcher: "
-                f"{list(self.dispatchers or ())} leave no expert layout for {self.model.name} on {self.gpus} GPUs "
-                f"(e.g. ep {ep}, etp {etp}: {why})"
-            )
+        tp, cp, dp, _ = factorizations[0]
+        ep, etp = (self.ep or (1,))[0], (self.etp or (1,))[0]
+        rules = expert_degree_rules(self.model, ParallelDims(tp, cp, dp, ep=ep, etp=etp))
+        why = rules[0][2] if rules else "no plan has it"  # specs.rules.Rule: (field, value, rule)
+        raise InputError(
+            f"ep: {list(self.ep or ())} / etp: {list(self.etp or ())} / dispatcher: "
+            f"{list(self.dispatchers or ())} leave no expert layout for {self.model.name} on {self.gpus} GPUs "
+            f"(e.g. ep {ep}, etp {etp}: {why})"
+        )
 
     def expert_options(self, tp: int, cp: int, dp: int) -> list[ExpertOption]:
         """(ep, etp, moe_dispatcher, moe_a2a_overlap) options of a mixture-of-experts model for these

@@ -25,6 +25,7 @@ from typing import Any
 
 from paraplan.cost.elementwise import where
 from paraplan.cost.runtimes import (
+    bf16_optimizer_clear_bytes,
     bf16_optimizer_norm_bytes,
     deepspeed_allreduce_copy_bytes,
     runtime_copy_s,
@@ -98,25 +99,46 @@ def optimizer_shard_ways(inp: StepInputs, group: GradientGroup) -> Num:
     return where(runs, group.size, zero_ways)
 
 
-def bf16_optimizer_norm_extra_bytes(inp: StepInputs, stage: Stage, owned: Num) -> Num:
-    """HBM bytes the BF16_Optimizer's gradient norm reads per step on ``stage`` beyond the one norm read
-    per ``owned`` parameter that StepInputs.optimizer_step_bytes counts: (P − owned) ·
-    cost.runtimes.bf16_optimizer_norm_bytes (4 B), P the stage's parameters per GPU over its gradient
-    groups, where the candidate runs the BF16_Optimizer (``bf16_optimizer_runs``); 0 elsewhere. Its norm
-    reads the whole fp32 gradient, which it keeps unsharded, not only the partition it steps
-    (runtime/bf16_optimizer.py step and get_grads_for_norm at 0050fdad)."""
+def _unowned_params(inp: StepInputs, stage: Stage, owned: Num) -> Num:
+    """P − ``owned``, P the stage's parameters per GPU over its gradient groups, where the candidate runs
+    the BF16_Optimizer (``bf16_optimizer_runs``), which keeps its fp32 gradient whole; 0 elsewhere."""
     runs = bf16_optimizer_runs(inp)
     if runs is False:
         return 0.0
     params = sum(stage_params(stage, name) for name in inp.gradient_groups)
-    return where(runs, (params - owned) * bf16_optimizer_norm_bytes(), 0.0)
+    return where(runs, params - owned, 0.0)
+
+
+def bf16_optimizer_norm_extra_bytes(inp: StepInputs, stage: Stage, owned: Num) -> Num:
+    """HBM bytes the BF16_Optimizer's gradient norm reads per step on ``stage`` beyond the one norm read
+    per ``owned`` parameter that StepInputs.optimizer_step_bytes counts: (P − owned) ·
+    cost.runtimes.bf16_optimizer_norm_bytes (4 B), P the stage's parameters per GPU over its gradient
+    groups, where the candidate runs the BF16_Optimizer (``_unowned_params``); 0 elsewhere. Its norm
+    reads the whole fp32 gradient, which it keeps unsharded, not only the partition it steps
+    (runtime/bf16_optimizer.py step and get_grads_for_norm at 0050fdad)."""
+    return _unowned_params(inp, stage, owned) * bf16_optimizer_norm_bytes()
+
+
+def bf16_optimizer_clear_extra_bytes(inp: StepInputs, stage: Stage, owned: Num) -> Num:
+    """HBM bytes the BF16_Optimizer's ``clear_hp_grads`` writes per step on ``stage`` beyond the one
+    gradient-buffer zeroing per ``owned`` parameter that StepInputs.optimizer_step_bytes counts (the
+    default's "zero the fp32 grad buffer", specs.system.OPTIMIZER_BYTES_PER_PARAM): (P − owned) ·
+    cost.runtimes.bf16_optimizer_clear_bytes (4 B) where the candidate runs the BF16_Optimizer
+    (``_unowned_params``); 0 elsewhere. It zeroes the whole fp32 gradient after every step
+    (runtime/bf16_optimizer.py 312, 436-440 at 0050fdad)."""
+    return _unowned_params(inp, stage, owned) * bf16_optimizer_clear_bytes()
 
 
 def optimizer_traffic_bytes(inp: StepInputs, stage: Stage, owned: Num) -> Num:
     """HBM bytes of the optimizer step on ``stage``: ``owned`` · StepInputs.optimizer_step_bytes plus the
-    BF16_Optimizer's norm over the rest of its whole gradient (``bf16_optimizer_norm_extra_bytes``), the
-    device traffic step.tail.tail_terms prices."""
-    return owned * inp.optimizer_step_bytes + bf16_optimizer_norm_extra_bytes(inp, stage, owned)
+    BF16_Optimizer's norm over and clearing of the rest of its whole gradient
+    (``bf16_optimizer_norm_extra_bytes``, ``bf16_optimizer_clear_extra_bytes``), the device traffic
+    step.tail.tail_terms prices."""
+    return (
+        owned * inp.optimizer_step_bytes
+        + bf16_optimizer_norm_extra_bytes(inp, stage, owned)
+        + bf16_optimizer_clear_extra_bytes(inp, stage, owned)
+    )
 
 
 def deepspeed_fallback_copies(inp: StepInputs, stage: Stage, time: dict, price: dict) -> tuple:

@@ -192,8 +192,9 @@ def kind_cost_facts(
     tp_span: GroupSpan,
     cp_span: GroupSpan,
     name: str,
-    async_tp: bool = True,
+    *,
     width: Width | None = None,
+    async_tp: bool = True,
 ) -> BlockCostFacts:
     """One block kind's entry of ``block_cost_facts``, and every block of a per-stage plan's stage
     (step.stage_blocks: ``width`` its BlockRef's, a layer_widths group's; None, the model's own). Expert-free kinds
@@ -201,7 +202,7 @@ def kind_cost_facts(
     set back here): the same bits, shared by every expert option (tests/search/test_moe_search.py); ``async_tp``:
     block_comm's (per-stage engines)."""
     shape_k = kind_shape(model, shape, name)
-    facts = _kind_cost_facts(model, system, name, shape_k, tp_span, cp_span, async_tp, width)
+    facts = _kind_cost_facts(model, system, name, shape_k, (tp_span, cp_span), async_tp, width)
     overlap = float(shape.expert.a2a_overlap) if moe_shaped(model) else 0.0
     if facts.comm.ep_overlap != overlap:
         facts = facts._replace(comm=_comm_with_overlap(facts.comm, overlap))
@@ -213,14 +214,15 @@ def _kind_cost_facts(
     system: SystemSpec,
     name: str,
     shape: LayerShape,
-    tp_span: GroupSpan,
-    cp_span: GroupSpan,
+    spans: tuple[GroupSpan, GroupSpan],
     async_tp: bool = True,
     width: Width | None = None,
 ) -> BlockCostFacts:
-    """One block kind's BlockCostFacts (block_cost_facts) at ``width`` (None: the model's own). A span the
+    """One block kind's BlockCostFacts (block_cost_facts) at ``width`` (None: the model's own), on the
+    (tp, cp) ``spans``. A span the
     block's collectives do not use is not part of its cost: costed once whatever that span (the embedding and
     LM head have no CP collective, whatever the CP placement; ``_used_span_cost_facts``)."""
+    tp_span, cp_span = spans
     width = block_width(model, width)
     used = collective_groups(BLOCK_KINDS[name].build(model, width, shape))
     if not used & _TP_GROUPS and shape.tp_layout != "2d":  # SUMMA's exposure reads the tp span

@@ -245,7 +245,8 @@ def zero_stage_values(zero_stage_terms: tuple, zero, offload_optimizer=False) ->
     """The gradient terms of ``zero_stage_terms`` (the BF16_Optimizer's, the others', whether it
     runs at zero 1, the other optimizers' accumulation at each ZeRO stage; at_zero_stage) for
     candidates of ZeRO stage ``zero`` and optimizer offload ``offload_optimizer``
-    (runs_bf16_optimizer); {} for ()."""
+    (runs_bf16_optimizer); {} for (). The partition's cells (owned bytes and their first saving)
+    are 0 where the optimizer is offloaded (offloaded_partition_accumulation)."""
     if not zero_stage_terms:
         return {}
     zero0, others, zero1, accumulation = zero_stage_terms
@@ -257,8 +258,23 @@ def zero_stage_values(zero_stage_terms: tuple, zero, offload_optimizer=False) ->
             value = _by_zero_stage(zero, tuple(cell[k] for cell in accumulation))
             if bf16 is not None:
                 value = where(runs, bf16 if k == 0 else 0.0, value)
+            if k >= 2:
+                value = offloaded_partition_accumulation(value, offload_optimizer)
             out[name] = value
     return out
+
+
+def offloaded_partition_accumulation(owned_bytes, offload_optimizer):
+    """HBM bytes per partition parameter of DeepSpeed's ZeRO-2 partition passes (``owned_bytes``, a
+    cell of zero_accumulation_bytes: zero2_partition_bytes or its first saving) under optimizer offload
+    ``offload_optimizer`` (a bool or an array over candidates): 0 where offloaded, else ``owned_bytes``.
+    Under ``cpu_offload`` ``copy_grads_in_partition`` returns before the copy into
+    ``grads_in_partition`` and the epilogue's ``averaged_gradients`` add runs only ``if self.cpu_offload
+    is False`` (deepspeedai/DeepSpeed 0050fdad runtime/zero/stage_1_and_2.py 1315-1326, 763); the IPG
+    bucket copy stays (``contiguous_gradients or self.cpu_offload``, 205). Not priced: what runs instead,
+    ``async_accumulate_grad_in_cpu_via_gpu`` (1177-1222), each micro-batch but the first copying the
+    partition's accumulated gradients host to GPU, adding, and (but at the boundary) copying them back."""
+    return where(offload_optimizer, 0.0, owned_bytes)
 
 
 def least_zero_stage_terms(zero_stage_terms: tuple, microbatches) -> dict:

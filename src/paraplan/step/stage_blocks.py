@@ -96,7 +96,9 @@ def _block_facts(
     tensors then leave out the tied table: step.blocks.head_tensors_shared_with_embedding) and memory (kept and
     held bytes times the engine's activation_memory_factor)."""
     w = ref.width
-    cost = kind_cost_facts(model, system, shape, span, cp_span, ref.kind, async_tp, w)
+    cost = kind_cost_facts(
+        model, system, shape, span, cp_span, ref.kind, async_tp=async_tp, width=w
+    )
     facts = BlockFacts.of(cost, kind_memory_facts(model, shape, ref.kind, recompute, w))
     if head_params is not None:  # the output block beside the input block: the tied table once
         shared = head_tensors_shared_with_embedding(w)

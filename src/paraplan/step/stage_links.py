@@ -393,8 +393,9 @@ def tied_embedding_sync_s(
     """step.p2p.tied_embedding_sync_s between the first and the last stage on the link their first GPUs
     use (every GPU of both stages sending at once), at the engine's tied_grad_bytes, or where it leaves them
     to the stack (0), the run's gradient-reduction bytes on the first stage's GPUs at the plan's ZeRO stage
-    (system_terms' resolved by step.constants.at_zero_stage: the BF16_Optimizer's fp32 gradients where it
-    runs, as a uniform plan's StepInputs.grad_reduce_bytes, step.layout.build_step_inputs)."""
+    and optimizer offload (system_terms' resolved by step.constants.at_zero_stage: the BF16_Optimizer's fp32
+    gradients where it runs, not where the optimizer is offloaded at ZeRO 1, as a uniform plan's
+    StepInputs.grad_reduce_bytes, step.layout.build_step_inputs)."""
     elements = tied_embedding_elements(model, first.dims.tp)
     if not elements or first.index == last.index:
         return 0.0
@@ -407,9 +408,11 @@ def tied_embedding_sync_s(
     grad_bytes = (
         common.rules.tied_grad_bytes
         or (
-            at_zero_stage(system_terms(system, common.dtype, common.runtime), common.zero)[
-                "grad_reduce_bytes"
-            ]
+            at_zero_stage(
+                system_terms(system, common.dtype, common.runtime),
+                common.zero,
+                common.offload_optimizer,
+            )["grad_reduce_bytes"]
         )
     )
     return float(tied_sync_rule(form, elements, grad_bytes, last.index + 1))

@@ -8,12 +8,14 @@ two-plan diff) and ``all=1`` (every feasible plan in the scatter: ``--csv-all``'
 system is a catalog name or YAML/JSON text sent with the request (``model-text``, ``system-text``):
 nothing on the server is read from a request. A cluster of node pools (``cluster-text``, the
 schema of ``paraplan search --cluster``) replaces system and GPUs and runs the AMP-style search with
-the options that search honours (``CLUSTER_OPTIONS``). Each bad value raises the CLI's one-line
-:class:`InputError`, whose ``field`` names the option (the page shows it next to that field).
+the options that search honours (``CLUSTER_OPTIONS``: api.CLUSTER_SEARCH_OPTIONS, the command's own
+list). Each bad value raises the CLI's one-line :class:`InputError`, whose ``field`` names the option
+(the page shows it next to that field).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,16 +40,28 @@ SWITCHES = {  # option -> (SearchProblem field, its value when the switch is on)
 INTS = {"gpus": (1, api.MAX_GPUS), "seq-length": (1, api.MAX_SEQ_LENGTH), "top": (1, api.MAX_TOP)}
 INTS |= {"global-batch": (1, api.MAX_GLOBAL_BATCH), "max-global-batch": (1, api.MAX_GLOBAL_BATCH)}
 INTS |= {"plan": (1, api.MAX_TOP), "compare": (1, api.MAX_TOP)}
+FLOATS = {"expert-load-cv": None, "time-budget": 0.0}  # option -> its lower bound (the CLI's)
 MAX_TEXT = (
     api.MAX_YAML_BYTES
 )  # characters of a pasted model, system or cluster: io.strict_yaml's cap
+# the options the cluster search honours, by the page's name (the CLI's option name) -> the keyword of
+# api.search_cluster: api.CLUSTER_SEARCH_OPTIONS (``paraplan search --cluster``'s), its file (--cluster)
+# pasted as cluster-text; with the page's own: a pasted model, the open plan and the diff's
+CLUSTER_KEYWORDS = {
+    name.replace("_", "-"): keyword
+    for name, keyword in api.CLUSTER_SEARCH_OPTIONS.items()
+    if name != "cluster"
+}
+CLUSTER_OPTIONS = set(CLUSTER_KEYWORDS) | {"model-text", "cluster-text", "plan", "compare"}
+CLUSTER_ONLY = {"time-budget"}  # read by the cluster search only (a uniform search has no budget)
 # every option the page reads; anything else in the query is refused (a typo would otherwise be lost)
 KNOWN = {"model", "system", "model-text", "system-text", "cluster-text", "objective", "dtype"}
 KNOWN |= {"attention", "framework", "price", "tokens", "all"} | set(INTS) | set(INT_LISTS)
-KNOWN |= set(CHOICE_LISTS) | set(SWITCHES)
-# the options the cluster search honours (cli.search_cmd.HETERO_SEARCH_OPTIONS, api.AMP_SEARCH_AXES)
-CLUSTER_OPTIONS = {"model", "model-text", "cluster-text", "global-batch", "seq-length", "dtype"}
-CLUSTER_OPTIONS |= {"attention", "top", "plan", "compare", "tp", "pp", "micro-batch", "recompute"}
+KNOWN |= set(CHOICE_LISTS) | set(SWITCHES) | set(FLOATS) | CLUSTER_OPTIONS
+# a search problem's field named by an error (HeteroProblem's 'tps: ...') -> the page's option
+FIELD_FLAGS = {keyword: flag for flag, keyword in CLUSTER_KEYWORDS.items()} | {
+    "cluster": "cluster-text"
+}
 
 
 def error(flag: str, message: str) -> InputError:
@@ -60,7 +74,7 @@ def error(flag: str, message: str) -> InputError:
 def flag_of(message: str) -> str | None:
     """The page's option a one-line error names ('--gpus: ...', 'model.architecture: ...' -> model)."""
     name = message.split(":", 1)[0].strip().removeprefix("--").split(".", 1)[0].split("[")[0]
-    name = {"cluster": "cluster-text"}.get(name, name)
+    name = FIELD_FLAGS.get(name, name)
     return name if name in KNOWN else None
 
 
@@ -115,6 +129,26 @@ def _list(params: dict, flag: str, allowed: tuple | None) -> tuple | None:
     return numbers
 
 
+def _float(params: dict, flag: str) -> float | None:
+    """A number option, refused in the CLI's words (cli.main's: the value as given, the bound)."""
+    text = params.get(flag)
+    if text in (None, ""):
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise error(
+            flag,
+            f"{text} is not allowed; must be a valid number, unable to parse string as a number",
+        ) from None
+    if not math.isfinite(value):
+        raise error(flag, f"{text} is not allowed; must be a finite number")
+    low = FLOATS[flag]
+    if low is not None and value < low:
+        raise error(flag, f"{text} is not allowed; must be greater than or equal to {low:g}")
+    return value
+
+
 def _choice(params: dict, flag: str, allowed: tuple, default: str | None) -> str | None:
     value = params.get(flag) or default
     if value is not None and value not in allowed:
@@ -153,7 +187,9 @@ def parse(params: dict) -> Problem:
     names = api.catalog_names()
     model = _spec(params, "model", names["models"])
     if params.get("cluster-text"):
-        return _cluster_problem(params, model)
+        return _cluster_problem(params, model, names)
+    if given := sorted(k for k in CLUSTER_ONLY if params.get(k)):
+        raise error(given[0], "is read by the cluster search only; give a cluster of pools")
     system = _spec(params, "system", names["systems"])
     gpus = _int(params, "gpus")
     if gpus is None:
@@ -182,6 +218,8 @@ def parse(params: dict) -> Problem:
         kwargs["framework"] = _choice(params, "framework", tuple(names["frameworks"]), None)
     if params.get("price"):
         kwargs["price_per_gpu_hour"] = api.parse_price(params["price"])
+    if (cv := _float(params, "expert-load-cv")) is not None:
+        kwargs["expert_load_cv"] = cv
     for flag, name in INT_LISTS.items():
         if (values := _list(params, flag, None)) is not None:
             kwargs[name] = values
@@ -203,9 +241,11 @@ def parse(params: dict) -> Problem:
     )
 
 
-def _cluster_problem(params: dict, model) -> Problem:
+def _cluster_problem(params: dict, model, names: dict) -> Problem:
     """A cluster of node pools: the AMP-style search's problem (``paraplan search --cluster``),
-    with the options it honours; any other option refused by name, as the CLI does."""
+    with the options it honours (CLUSTER_KEYWORDS); any other option refused by name, as the CLI
+    does. Not given: the page's defaults (seq-length 2048, dtype bf16, top 10, attention flash, or
+    the profile's where a framework is given, as the command reads it)."""
     text = params["cluster-text"]
     if len(text) > MAX_TEXT:
         raise error("cluster-text", f"{len(text):,} characters; at most {MAX_TEXT:,}")
@@ -216,23 +256,31 @@ def _cluster_problem(params: dict, model) -> Problem:
             "is not available with a cluster of pools (per-stage search); allowed: "
             + ", ".join(sorted(CLUSTER_OPTIONS)),
         )
-    batch = _int(params, "global-batch")
-    if batch is None:
+    if _int(params, "global-batch") is None:
         raise error("global-batch", "missing; the cluster search searches a fixed global batch")
-    kwargs: dict[str, Any] = {
-        "global_batch": batch,
-        "seq_length": _int(params, "seq-length") or 2048,
-        "dtype": _choice(params, "dtype", CHOICES["dtype"], "bf16"),
-        "attention": _choice(params, "attention", CHOICES["attention"], "flash"),
-        "top": _int(params, "top") or 10,
-    }
-    for flag, name in (("tp", "tp"), ("pp", "pp"), ("micro-batch", "micro_batch")):
-        if (values := _list(params, flag, None)) is not None:
-            kwargs[api.AMP_SEARCH_AXES[name]] = values
-    if (values := _list(params, "recompute", CHOICES["recompute"])) is not None:
-        kwargs["recompute"] = values
+    kwargs: dict[str, Any] = {"seq_length": 2048, "dtype": "bf16", "top": 10}
+    for flag, keyword in CLUSTER_KEYWORDS.items():
+        if flag != "model" and (value := _value(params, flag, names)) is not None:
+            kwargs[keyword] = value
+    if "framework" not in kwargs:
+        kwargs.setdefault("attention", "flash")
     plan, compare = _int(params, "plan") or 1, _int(params, "compare")
     return Problem(model, None, 0, kwargs, None, plan, compare, False, text)
+
+
+def _value(params: dict, flag: str, names: dict):
+    """The checked value of the page's option ``flag`` (None where not given), read by its kind:
+    an integer, a list of integers or of choices, a number, a choice (the catalog's frameworks)."""
+    if flag in INTS:
+        return _int(params, flag)
+    if flag in INT_LISTS or flag in CHOICE_LISTS:
+        return _list(params, flag, CHOICE_LISTS[flag][1] if flag in CHOICE_LISTS else None)
+    if flag in FLOATS:
+        return _float(params, flag)
+    allowed = tuple(names["frameworks"]) if flag == "framework" else CHOICES.get(flag)
+    if allowed is None:
+        raise LookupError(f"the page reads no option {flag!r}")  # a test keeps none such
+    return _choice(params, flag, allowed, None)
 
 
 # the sweep definition's fields (sweep.definition) of the page's search keywords

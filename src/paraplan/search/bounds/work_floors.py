@@ -361,7 +361,7 @@ def _kind_costs(model, system, shape, pair: tuple, expert_kinds: bool) -> dict:
         return block_cost_facts(model, system, shape, *pair)
     neutral = with_expert(shape, NO_EXPERT) if moe_shaped(model) else shape
     return {
-        name: kind_cost_facts(model, system, name, neutral, *pair)
+        name: kind_cost_facts(model, system, name, neutral, pair)
         for name in model_block_kinds(model)
         if name in EXPERT_FREE_KINDS
     }

@@ -20,8 +20,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from paraplan.search import launch
-from paraplan.search.divisors import divisors
-from paraplan.search.expert_axes import expert_degrees, expert_switches
+from paraplan.search.expert_axes import expert_axis_values, expert_degrees, expert_switches
 from paraplan.specs.parallel import ParallelDims
 from paraplan.specs.rules_moe import stage_expert_violations, stage_pools_rule
 from paraplan.specs.stage_plan import EXPERT_KNOBS
@@ -106,12 +105,11 @@ def expert_stage_ok(
 
 def expert_space_factor(problem: HeteroProblem, tps: list[int]) -> int:
     """Expert options per candidate before the rules (the searches' space counts): Σ over the (ep, etp) pairs
-    of the axes (ep: the divisors of the experts or ``problem.ep``; etp: 1 and ``tps`` or ``problem.etp``) of
+    of the axes (search.expert_axes.expert_axis_values of ``tps`` and the problem's restrictions) of
     their (dispatcher, overlap) switches; 1 for a dense model."""
     if not problem.model.is_moe:
         return 1
-    eps = problem.ep or tuple(divisors(problem.model.experts))
-    etps = problem.etp or tuple(sorted({1, *tps}))
+    eps, etps = expert_axis_values(problem.model, tps, problem.ep, problem.etp)
     return sum(len(_switches(problem, ep, etp)) for ep in eps for etp in etps)
 
 

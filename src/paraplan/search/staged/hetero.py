@@ -68,7 +68,7 @@ from paraplan.specs.rules import (
     stage_rules,
     tp_rules,
 )
-from paraplan.specs.stage_plan import StagePlanSpec, stage_plan_from_dict
+from paraplan.specs.stage_plan import StagePlanSpec, settled_stage_plan, stage_plan_from_dict
 from paraplan.step.blocks import model_blocks
 from paraplan.step.per_stage import StageSetting
 
@@ -145,6 +145,10 @@ def _slices(gpus: list[tuple[str, int]]) -> tuple[tuple[str, int, int], ...]:
 def _plan_from(
     problem: HeteroProblem, settings: list[StageSetting], bounds, microbatches: int
 ) -> StagePlanSpec:
+    """The per-stage plan of a candidate: its stages' devices, blocks and settings and the problem's run-wide
+    fields. ``overlap_dp_grad_reduce`` is left unset where the problem's equals the default the plan's pools
+    settle (specs.stage_plan.settled_stage_plan, which estimate_stage_plan applies), so a searched plan file
+    states it only where it differs, as a written plan would (stage_plan_to_dict leaves None out)."""
     stages = []
     for st, a, b in zip(settings, bounds, bounds[1:]):
         devices = [{"pool": p, "gpus": c} for p, _, c in st.slices]
@@ -155,27 +159,29 @@ def _plan_from(
         if st.recompute_ops:
             stage["recompute_ops"] = list(st.recompute_ops)
         stages.append(stage)
-    return stage_plan_from_dict(
-        {
-            "global_batch": problem.global_batch,
-            "seq_length": problem.seq_length,
-            "microbatches": microbatches,
-            "dtype": problem.dtype,
-            "attention": problem.attention,
-            "schedule": problem.schedule,
-            "vpp": problem.vpp,
-            "zero": problem.zero,
-            "overlap_dp_grad_reduce": problem.overlap_dp_grad_reduce,
-            "engine": problem.engine,
-            "overlap_param_gather": problem.overlap_param_gather,
-            "overlap_tp_comm": problem.overlap_tp_comm,
-            "sequence_parallel": problem.sequence_parallel,
-            **searched_offloads(problem),
-            **problem.runtime.model_dump(),
-            **plan_expert_fields(problem),
-            "stages": stages,
-        }
-    )
+    fields = {
+        "global_batch": problem.global_batch,
+        "seq_length": problem.seq_length,
+        "microbatches": microbatches,
+        "dtype": problem.dtype,
+        "attention": problem.attention,
+        "schedule": problem.schedule,
+        "vpp": problem.vpp,
+        "zero": problem.zero,
+        "engine": problem.engine,
+        "overlap_param_gather": problem.overlap_param_gather,
+        "overlap_tp_comm": problem.overlap_tp_comm,
+        "sequence_parallel": problem.sequence_parallel,
+        **searched_offloads(problem),
+        **problem.runtime.model_dump(),
+        **plan_expert_fields(problem),
+        "stages": stages,
+    }
+    plan = stage_plan_from_dict(fields)
+    overlap = problem.overlap_dp_grad_reduce
+    if settled_stage_plan(plan, problem.cluster).overlap_dp_grad_reduce == overlap:
+        return plan
+    return stage_plan_from_dict(fields | {"overlap_dp_grad_reduce": overlap})
 
 
 def _label(settings: list[StageSetting], bounds, order) -> str:

@@ -9,13 +9,14 @@ from dataclasses import dataclass, replace
 
 from paraplan.cost.frameworks import PLAN_DEFAULTS, framework_cluster
 from paraplan.search import launch
+from paraplan.search.expert_axes import expert_axes_violations
 from paraplan.specs.cluster import ClusterSpec
 from paraplan.specs.errors import InputError, Violation
 from paraplan.specs.framework import FrameworkSpec
 from paraplan.specs.model import ModelSpec
 from paraplan.specs.parallel import ParallelDims
 from paraplan.specs.plan import RUNTIME_FIELDS, RuntimeFields, runtime_of
-from paraplan.specs.rules_moe import dispatcher_rule, expert_load_cv_rule
+from paraplan.specs.rules_moe import dispatcher_rule
 from paraplan.specs.rules_precision import accelerators_rules, cluster_default_precision
 from paraplan.specs.rules_schedule import per_stage_schedules_rule
 from paraplan.specs.rules_stack import (
@@ -151,12 +152,12 @@ def _expert_defaults(problem: HeteroProblem) -> None:
 
 
 def expert_problem_violations(problem: HeteroProblem) -> list[tuple[str, object, str]]:
-    """(field, value, why) of the problem's fixed MoE knobs the rules refuse: the router's spread
-    (specs.rules_moe.expert_load_cv_rule, the uniform search's check) and the dispatcher against the capacity
-    (dispatcher_rule: a stated one; searched ones are filtered, search.expert_axes.expert_switches)."""
-    out = []
-    if rule := expert_load_cv_rule(problem.model, problem.expert_load_cv):
-        out.append(("expert_load_cv", problem.expert_load_cv, rule))
+    """(field, value, why) of the problem's expert axes and fixed MoE knobs the rules refuse: the axes no
+    plan can take and the router's spread (search.expert_axes.expert_axes_violations, the uniform search's
+    check) and the dispatcher against the capacity (dispatcher_rule: a stated one; searched ones are
+    filtered, search.expert_axes.expert_switches)."""
+    axes = (problem.ep, problem.etp, problem.dispatchers, problem.capacity_factor)
+    out = expert_axes_violations(problem.model, *axes, problem.expert_load_cv)
     if rule := dispatcher_rule(problem.moe_dispatcher, problem.capacity_factor):
         out.append(("moe_dispatcher", problem.moe_dispatcher, rule))
     return out

@@ -38,8 +38,8 @@ function formParams() {
   }
   if (out["model-text"]) delete out.model;
   if (out["system-text"]) delete out.system;
-  if (out["cluster-text"]) {  // the cluster search's options only (paraplan search --cluster)
-    for (const k of ["system", "system-text", "gpus", "max-global-batch", "framework"]) delete out[k];
+  if (out["cluster-text"]) {  // the cluster replaces system and gpus (paraplan search --cluster)
+    for (const k of ["system", "system-text", "gpus", "max-global-batch"]) delete out[k];
     if (out.objective === "time") delete out.objective;
   }
   return out;
