@@ -80,7 +80,7 @@ def _clocked(monkeypatch) -> None:
     clock = _Clock()
     for module in (hetero, splits):
         monkeypatch.setattr(module, "time", clock)
-    monkeypatch.setattr(splits, "lower_bound", clock.tick(splits.lower_bound))
+    monkeypatch.setattr(splits, "bound_s", clock.tick(splits.bound_s))
 
 
 def _a100_problem() -> HeteroProblem:

@@ -113,6 +113,7 @@ from paraplan.step.stage_links import (  # noqa: F401 (re-exported: the searches
     p2p_links,
     p2p_time_s,
     reshard_peers,
+    sent_bytes,
     stage_gradient_group,
     stage_gradient_groups,
     synthetic_system,
@@ -135,12 +136,11 @@ class StageCost:
 class StageArrays:
     """One stage setting over the model's whole block list: ``blocks`` (step.layout.RangeBlocks) gives the
     stage holding any range [a, b), so the estimator reads one range and the search (search/staged/hetero.py)
-    every range at once; ``parts[pool]`` holds per-block BlockTerms seconds (index k = block k) on that pool's
-    GPUs, ``capacity`` the smallest GPU memory of its pools, ``host_capacity`` the smallest host memory per GPU
-    (specs.rules_offload.host_capacity_bytes) of its pools."""
+    every range at once; ``capacity`` the smallest GPU memory of its pools, ``host_capacity`` the smallest host
+    memory per GPU (specs.rules_offload.host_capacity_bytes) of its pools. (The per-block seconds the split
+    searches bound a candidate by are ``stage_block_work_s``', worked out without these.)"""
 
     blocks: RangeBlocks
-    parts: dict[str, dict[str, np.ndarray]]
     capacity: float
     host_capacity: float
 
@@ -163,14 +163,10 @@ def stage_arrays(
     ``wrap``: an end stage's wrapping neighbour in an interleaved pipeline (the last stage for the first,
     the first for the last; step.p2p.exchanges), None otherwise."""
     shape = layer_shape_for(common, setting)
-    pools = sorted({p for p, _, _ in setting.slices})
-    systems = [cluster.pool(p).system for p in pools]
+    systems = [cluster.pool(p).system for p in stage_pools(setting)]
     rules = common.rules
-    units = {pool: stage_pool_units(model, cluster, common, setting, shape, pool) for pool in pools}
-    blocks = model_blocks(model)
-    sent = np.array(
-        [0.0] + [boundary_bytes(model, blocks, k - 1, shape) for k in range(1, len(blocks) + 1)]
-    )
+    units = stage_units(model, cluster, common, setting)
+    sent = sent_bytes(model, shape)
     p2p_in, p2p_out = stage_p2p(cluster, common, setting, prev or wrap, nxt or wrap, sent)
     slowest = min(systems, key=lambda s: s.accelerator.hbm_rate())
     terms = at_zero_stage(
@@ -210,10 +206,37 @@ def stage_arrays(
     )
     return StageArrays(
         blocks=RangeBlocks(units, block_prefix_counts(model), p2p_in, p2p_out, inputs),
-        parts={pool: per_block_parts(model, u) for pool, u in units.items()},
         capacity=min(s.accelerator.hbm_capacity for s in systems),
         host_capacity=min(host_capacity_bytes(s.accelerator.host_memory) for s in systems),
     )
+
+
+def stage_pools(setting: StageSetting) -> list[str]:
+    """The pools a stage's GPUs are on, sorted by name."""
+    return sorted({p for p, _, _ in setting.slices})
+
+
+def stage_units(
+    model: ModelSpec, cluster: ClusterSpec, common: Common, setting: StageSetting
+) -> dict[str, tuple]:
+    """``stage_pool_units`` of a stage on each of its pools (``stage_pools``), at its layer shape
+    (step.stage_plan_settings.layer_shape_for): the blocks ``stage_arrays`` lays out."""
+    shape = layer_shape_for(common, setting)
+    return {
+        pool: stage_pool_units(model, cluster, common, setting, shape, pool)
+        for pool in stage_pools(setting)
+    }
+
+
+def stage_block_work_s(
+    model: ModelSpec, cluster: ClusterSpec, common: Common, setting: StageSetting
+) -> np.ndarray:
+    """[k]: per-micro-batch seconds of block k of the block list on this stage, its slowest pool's: the max
+    over its pools (``stage_units``) of the sum of its BlockTerms seconds (step.stage_blocks.per_block_parts;
+    no point-to-point, no tail). What search.staged.splits.bound_s bounds a candidate's step with,
+    worked out from the blocks alone (no StageArrays: its neighbours' links, its StepInputs)."""
+    units = stage_units(model, cluster, common, setting)
+    return np.max([sum(per_block_parts(model, u).values()) for u in units.values()], axis=0)
 
 
 def stage_pool_units(
@@ -268,16 +291,18 @@ def stage_p2p(
     return back, ahead
 
 
-def stage_terms(stage: Stage, index: int) -> dict:
+def stage_terms(stage: Stage, index: int, memory: dict | None = None) -> dict:
     """Per-micro-batch work and its parts, tail (exposed DP sync + optimizer + optimizer offload) and
     memory of one stage (floats, or [n+1, n+1] arrays over block ranges) through step.compose's stage_work
     under the runtime (runtime_work: what compose_step takes the slowest of), tail_terms and
-    stage_memory_terms on the stage's own StepInputs."""
+    stage_memory_terms on the stage's own StepInputs (``memory``: those terms where the caller has worked
+    them out, ``range_memory``)."""
     work = runtime_work(
         stage.inputs, stage, stage_work(stage, split_backward_on(stage.inputs.knobs))
     )
     dp, optimizer, offload = tail_terms(stage.inputs, stage, work)
-    memory = stage_memory_terms(stage.inputs, stage, index)
+    if memory is None:
+        memory = stage_memory_terms(stage.inputs, stage, index)
     out = dict(
         work,
         dp=dp,
@@ -293,9 +318,20 @@ def stage_terms(stage: Stage, index: int) -> dict:
     return out
 
 
-def range_matrices(arr: StageArrays, index: int) -> dict[str, np.ndarray]:
-    """``stage_terms`` of the stage at position ``index`` for every block range [a, b) ([n+1, n+1] arrays)."""
-    return stage_terms(range_stage(arr.blocks, index), index)
+def range_memory(arr: StageArrays, index: int) -> tuple[Stage, dict[str, np.ndarray]]:
+    """The stage at position ``index`` for every block range [a, b) (step.layout.range_stage) and its
+    stage_memory_terms ([n+1, n+1] arrays): what a split search reads first, to see whether any split fits."""
+    stage = range_stage(arr.blocks, index)
+    return stage, stage_memory_terms(stage.inputs, stage, index)
+
+
+def range_matrices(
+    arr: StageArrays, index: int, ranged: tuple[Stage, dict] | None = None
+) -> dict[str, np.ndarray]:
+    """``stage_terms`` of the stage at position ``index`` for every block range [a, b) ([n+1, n+1] arrays);
+    ``ranged``: its ``range_memory`` where the caller has it."""
+    stage, memory = ranged or range_memory(arr, index)
+    return stage_terms(stage, index, memory)
 
 
 def stage_cost(

@@ -43,6 +43,7 @@ from paraplan.step.layout import prefix_counts
 NO_SPAN = GroupSpan(1, 1, 1)
 
 
+@lru_cache(maxsize=256)
 def distinct_blocks(model: ModelSpec) -> tuple[BlockRef, ...]:
     """The distinct blocks of the model's block list, in order of first appearance, then the blocks a stage
     holds beside them (``attached_blocks``)."""
@@ -54,6 +55,7 @@ def _listed_blocks(blocks) -> tuple[BlockRef, ...]:
     return tuple(dict.fromkeys(blocks))
 
 
+@lru_cache(maxsize=64)
 def block_prefix_counts(model: ModelSpec) -> np.ndarray:
     """[d, k]: how many of distinct block d (``distinct_blocks``) a stage holding blocks [0, k) of the block list
     holds: step.layout.prefix_counts for the listed blocks, an attached block's hosts' counts times how many
@@ -65,7 +67,9 @@ def block_prefix_counts(model: ModelSpec) -> np.ndarray:
         sum(hosts.get(ref.kind, 0) * row for ref, row in zip(listed, prefix))
         for _, hosts in attached_blocks(model)
     ]
-    return np.vstack([prefix, *rows]) if rows else prefix
+    out = np.vstack([prefix, *rows]) if rows else prefix
+    out.setflags(write=False)  # memoised: every stage of the model reads it
+    return out
 
 
 @lru_cache(maxsize=4096)
@@ -163,9 +167,13 @@ def pool_units(
     return tuple(out)
 
 
+@lru_cache(maxsize=4096)
 def per_block_parts(model: ModelSpec, units: tuple[BlockCost, ...]) -> dict[str, np.ndarray]:
     """BlockTerms seconds of every block of the block list (index k = block k) from the distinct blocks', each
-    with those of the blocks it brings (``attached_blocks``: an MTP module's with the output block)."""
+    with those of the blocks it brings (``attached_blocks``: an MTP module's with the output block): each
+    distinct block's seconds worked out once, then laid out over the list (``_list_index``). Memoised (the
+    per-stage searches bound every candidate's stages with it, and a pool's units, step.stage_blocks.pool_units,
+    recur across pool orders): the arrays are read-only."""
     distinct = distinct_blocks(model)
     index = {ref: d for d, ref in enumerate(distinct)}
     attached = [(index[ref], hosts) for ref, hosts in attached_blocks(model)]
@@ -178,10 +186,23 @@ def per_block_parts(model: ModelSpec, units: tuple[BlockCost, ...]) -> dict[str,
             if (n := hosts.get(ref.kind, 0))
         )
 
-    return {
-        name: np.array([seconds(ref, name) for ref in model_blocks(model)], dtype=float)
+    at = _list_index(model)
+    out = {
+        name: np.array([seconds(ref, name) for ref in distinct], dtype=float)[at]
         for name in BLOCK_TERM_NAMES
     }
+    for array in out.values():
+        array.setflags(write=False)
+    return out
+
+
+@lru_cache(maxsize=64)
+def _list_index(model: ModelSpec) -> np.ndarray:
+    """[k]: the index in ``distinct_blocks`` of block k of the block list."""
+    index = {ref: d for d, ref in enumerate(distinct_blocks(model))}
+    at = np.array([index[ref] for ref in model_blocks(model)], dtype=np.intp)
+    at.setflags(write=False)
+    return at
 
 
 @lru_cache(maxsize=256)

@@ -24,7 +24,7 @@ from paraplan.specs.plan import RuntimeFields
 from paraplan.specs.system import SystemSpec
 from paraplan.graph.encoder import decoder_seq
 from paraplan.graph.transformer import LayerShape
-from paraplan.step.blocks import BlockRef, model_gradient_groups
+from paraplan.step.blocks import BlockRef, model_blocks, model_gradient_groups
 from paraplan.step.build import gradient_group
 from paraplan.step.compose import GradientGroup
 from paraplan.step.constants import at_zero_stage, system_terms
@@ -218,6 +218,18 @@ def boundary_bytes(
         dec_bytes = shape.act_bytes * shape.micro_batch * dec * ref.width.hidden / shape.cp
         return (enc_bytes + (dec_bytes if ref.kind == "cross_decoder" else 0.0)) / shape.tp
     return shape.act_bytes * shape.local_tokens * ref.width.hidden / shape.tp
+
+
+@lru_cache(maxsize=1024)
+def sent_bytes(model: ModelSpec, shape: LayerShape) -> np.ndarray:
+    """[k]: bytes of the activation a stage ending before block k sends on (``boundary_bytes`` of block k − 1;
+    0 at k = 0), at the layer shape ``shape``. Memoised (read-only): the stages of a shape share it."""
+    blocks = model_blocks(model)
+    out = np.array(
+        [0.0] + [boundary_bytes(model, blocks, k - 1, shape) for k in range(1, len(blocks) + 1)]
+    )
+    out.setflags(write=False)
+    return out
 
 
 def reshard_peers(senders: int, receivers: int) -> tuple[tuple[int, ...], ...]:

@@ -28,21 +28,37 @@ from paraplan.step.per_stage import (
     StageSetting,
     compose_stages,
     range_matrices,
+    range_memory,
     stage_arrays,
+    stage_block_work_s,
     tied_embedding_sync_s,
 )
 from paraplan.step.schedules import SCHEDULES, schedule_step_floor
 
 
 def lower_bound(problem: HeteroProblem, settings: list[StageSetting]) -> tuple[float, list]:
-    """A lower bound on the candidate's step time, and its stages' StageArrays: the stages together do at
-    least Σ_k min_i w_i(k) per micro-batch (each block on its cheapest stage), the slowest stage at least
-    1/pp of it, so T ≥ Σ_k min_i w_i(k) · (1 + (m − 1)/pp) (point-to-point and tails are non-negative)
-    under 1F1B or GPipe; an interleaved schedule (``problem.vpp`` > 1) shrinks the bubble, so there only
-    the m micro-batches of the slowest stage count: T ≥ Σ_k min_i w_i(k) · m/pp."""
+    """The candidate's ``bound_s`` and its stages' StageArrays (``candidate_arrays``)."""
+    return bound_s(problem, settings), candidate_arrays(problem, settings)
+
+
+def bound_s(problem: HeteroProblem, settings: list[StageSetting]) -> float:
+    """A lower bound on the candidate's step time: the stages together do at least Σ_k min_i w_i(k) per
+    micro-batch (each block on its cheapest stage; w_i(k), step.per_stage.stage_block_work_s: block k's
+    seconds on stage i, its blocks alone), the slowest stage at least 1/pp of it: the schedule's floor of
+    the pipeline part at that work (``pipeline_floor_s``: T ≥ Σ_k min_i w_i(k) · (1 + (m − 1)/pp) under
+    1F1B or GPipe; point-to-point and tails are non-negative). Worked out from the stages' blocks alone (no
+    StageArrays), so every candidate is bounded before any is priced."""
     model, cluster, common = problem.model, problem.cluster, problem.common
     stages = len(settings)
-    arrays = [
+    cheapest = np.min([stage_block_work_s(model, cluster, common, st) for st in settings], axis=0)
+    return pipeline_floor_s(problem, float(cheapest.sum()), settings[0].microbatches, stages)
+
+
+def candidate_arrays(problem: HeteroProblem, settings: list[StageSetting]) -> list:
+    """The StageArrays of the candidate's stages (step.per_stage.stage_arrays, each with its neighbours)."""
+    model, cluster, common = problem.model, problem.cluster, problem.common
+    stages = len(settings)
+    return [
         stage_arrays(
             model,
             cluster,
@@ -53,12 +69,6 @@ def lower_bound(problem: HeteroProblem, settings: list[StageSetting]) -> tuple[f
         )
         for i, st in enumerate(settings)
     ]
-    cheapest = np.min(
-        [np.max([sum(p.values()) for p in arr.parts.values()], axis=0) for arr in arrays], axis=0
-    )
-    return pipeline_floor_s(
-        problem, float(cheapest.sum()), settings[0].microbatches, stages
-    ), arrays
 
 
 def pipeline_floor_s(
@@ -140,7 +150,9 @@ def split_launchable(problem: HeteroProblem, bounds: tuple[int, ...]) -> bool:
 
 def stage_matrices(problem: HeteroProblem, settings: list[StageSetting], arrays):
     """(times, tails) of every block range on every stage; ``inf`` where a range is not allowed (empty,
-    first stage not starting at block 0, last stage not ending with the output block, out of memory).
+    first stage not starting at block 0, last stage not ending with the output block, out of memory:
+    ``allowed_ranges``), everywhere when no split has every stage's range allowed (``any_split``: the
+    memory is worked out first, the work and tails only where some split fits).
     ``times`` are the per-micro-batch work compose_step takes (step.per_stage.stage_terms: the runtime's
     work); ``tails`` each stage's tail without its drain slack (step.tail.drain_slack_s depends on the
     stages in front, so no per-range matrix holds it): at least the tail compose_step prices, which lowers
@@ -149,23 +161,52 @@ def stage_matrices(problem: HeteroProblem, settings: list[StageSetting], arrays)
     stages = len(settings)
     times = np.full((stages, n + 1, n + 1), np.inf)
     tails = np.full((stages, n + 1, n + 1), np.inf)
-    upper = np.triu(np.ones((n + 1, n + 1), dtype=bool), k=1)  # non-empty ranges a < b
-    fixed = fixed_bounds(problem, stages)
-    for i, arr in enumerate(arrays):
-        m = range_matrices(arr, i)
-        ok = upper & (m["peak"] <= arr.capacity)
-        if offloads(problem):  # what it offloads fits in host memory (step.result.StageMemory.fits)
-            ok &= m["memory"]["host_bytes"] <= arr.host_capacity
-        if fixed is not None:  # the launcher's one split: its range only
-            ok &= np.arange(n + 1)[:, None] == fixed[i]
-            ok &= np.arange(n + 1)[None, :] == fixed[i + 1]
-        if i == 0:
-            ok[1:, :] = False  # the first stage starts at block 0
-        if i == stages - 1:
-            ok[:, :n] = False  # the last stage ends with the output block
+    ranged = [range_memory(arr, i) for i, arr in enumerate(arrays)]
+    oks = [
+        allowed_ranges(problem, i, stages, arr, mem)
+        for i, (arr, (_, mem)) in enumerate(zip(arrays, ranged))
+    ]
+    if not any_split(oks):
+        return times, tails
+    for i, (arr, ok) in enumerate(zip(arrays, oks)):
+        m = range_matrices(arr, i, ranged[i])
         times[i] = np.where(ok, m["work"], np.inf)
         tails[i] = np.where(ok, m["tail"], np.inf)
     return times, tails
+
+
+def allowed_ranges(
+    problem: HeteroProblem, index: int, stages: int, arr, memory: dict
+) -> np.ndarray:
+    """[a, b]: may stage ``index`` of ``stages`` hold blocks [a, b)? Non-empty, within its GPUs' memory
+    (``memory``: its step.per_stage.range_memory terms, on StageArrays ``arr``), the launcher's one split's
+    range where it states one (``fixed_bounds``), the first stage starting at block 0, the last ending
+    with the output block."""
+    n = len(model_blocks(problem.model))
+    ok = np.triu(np.ones((n + 1, n + 1), dtype=bool), k=1)  # non-empty ranges a < b
+    ok &= memory["peak_bytes"] <= arr.capacity
+    if offloads(problem):  # what it offloads fits in host memory (step.result.StageMemory.fits)
+        ok &= memory["host_bytes"] <= arr.host_capacity
+    fixed = fixed_bounds(problem, stages)
+    if fixed is not None:  # the launcher's one split: its range only
+        ok &= np.arange(n + 1)[:, None] == fixed[index]
+        ok &= np.arange(n + 1)[None, :] == fixed[index + 1]
+    if index == 0:
+        ok[1:, :] = False  # the first stage starts at block 0
+    if index == stages - 1:
+        ok[:, :n] = False  # the last stage ends with the output block
+    return ok
+
+
+def any_split(oks: list[np.ndarray]) -> bool:
+    """Is there a split 0 = b_0 < b_1 < … < b_S = n with every stage's range allowed (``oks[i][b_i, b_i+1]``)?
+    Boundaries reachable after each stage, forward: without one, search.staged.balance.balance_split finds
+    no split (it takes only ranges of finite time and tail, which ``stage_matrices`` sets where allowed)."""
+    reach = np.zeros(oks[0].shape[0], dtype=bool)
+    reach[0] = True
+    for ok in oks:
+        reach = (reach[:, None] & ok).any(axis=0)
+    return bool(reach[-1])
 
 
 def split_stages(
@@ -185,7 +226,7 @@ def split_stages(
     n = len(model_blocks(problem.model))
     if len(settings) > n:
         return None
-    arrays = arrays or lower_bound(problem, settings)[1]
+    arrays = arrays or candidate_arrays(problem, settings)
     times, tails = stage_matrices(problem, settings, arrays)
     split = balance_split(times, microbatches, tails)
     if split is None:  # the launcher's split rules hold by construction (split_launchable)
@@ -218,7 +259,6 @@ class _Bounded(NamedTuple):
     settings: list[StageSetting]
     microbatches: int
     extra: object
-    arrays: list
     problem: HeteroProblem  # the one whose run-wide settings price the candidate
 
 
@@ -288,9 +328,9 @@ def _bound_round(
             continue
         first = False
         priced = own[0] if own else problem
-        bound, arrays = lower_bound(priced, settings)
+        bound = bound_s(priced, settings)
         slowest[0] = max(slowest[0], time.perf_counter() - now)
-        bounded.append(_Bounded(bound, index, settings, microbatches, extra, arrays, priced))
+        bounded.append(_Bounded(bound, index, settings, microbatches, extra, priced))
 
 
 def _solve_round(
@@ -315,7 +355,7 @@ def _solve_round(
             return False
         solved.add(b.index)
         cutoff = found[top_k - 1][0] if len(found) >= top_k else math.inf
-        best = split_stages(b.problem, b.settings, b.microbatches, b.arrays, cutoff)
+        best = split_stages(b.problem, b.settings, b.microbatches, cutoff=cutoff)
         slowest[0] = max(slowest[0], time.perf_counter() - now)
         if best is not None:
             at = (b.bound, b.index, b.settings, best.bounds, b.microbatches, b.extra, b.problem)
