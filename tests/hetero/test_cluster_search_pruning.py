@@ -115,6 +115,34 @@ def test_moe_search_returns_the_unpruned_top_k(seed):
     _same_top_k(_moe_problem(seed), top_k=4)
 
 
+def test_a_stage_over_pools_that_rank_its_blocks_differently_is_bounded_admissibly():
+    """A B200, two H200s and an MI300X (one GPU each but the H200s): at pp 1 one stage spans all three
+    pools, which rank its blocks differently (the attention at sequence 8192 against the GEMMs), so each
+    block's slowest pool summed (Σ_k max_p: 1.0359 s) exceeds the priced stage, the pool slowest over the
+    whole range (max_p Σ_k: 0.9935 s), and the search returned a 1.0085 s plan; bounded by one pool's row
+    (step.per_stage.stage_block_work_s) every bound is at most its step and the top k is the unpruned one."""
+    model = ModelSpec(
+        layers=4, hidden=768, heads=16, ffn_hidden=2304, vocab=50000, max_position=8192
+    )
+    pools = [
+        {"name": "p0", "system": "dgx-b200", "nodes": 1, "gpus": 1},
+        {"name": "p1", "system": "dgx-h200", "nodes": 1, "gpus": 2},
+        {"name": "p2", "system": "mi300x-8", "nodes": 1, "gpus": 1},
+    ]
+    problem = HeteroProblem(
+        model,
+        cluster_from_dict({"pools": pools}),
+        256,
+        8192,
+        "bf16",
+        pps=(1, 2),
+        tps=(1,),
+        micro_batches=(1,),
+        recompute=("full", "selective", "none"),
+    )
+    _same_top_k(problem, top_k=2)
+
+
 def test_any_split_finds_a_split_exactly_where_the_dp_does():
     """splits.any_split on random allowed ranges agrees with search.staged.balance.balance_split on times set
     where allowed (None there exactly when no split has every range allowed)."""

@@ -231,12 +231,16 @@ def stage_units(
 def stage_block_work_s(
     model: ModelSpec, cluster: ClusterSpec, common: Common, setting: StageSetting
 ) -> np.ndarray:
-    """[k]: per-micro-batch seconds of block k of the block list on this stage, its slowest pool's: the max
-    over its pools (``stage_units``) of the sum of its BlockTerms seconds (step.stage_blocks.per_block_parts;
-    no point-to-point, no tail). What search.staged.splits.bound_s bounds a candidate's step with,
-    worked out from the blocks alone (no StageArrays: its neighbours' links, its StepInputs)."""
+    """[k]: per-micro-batch seconds of block k of the block list on this stage, on one of its pools
+    (``stage_units``): the sum of its BlockTerms seconds (step.stage_blocks.per_block_parts; no
+    point-to-point, no tail), of the pool whose whole block list takes longest. One pool's row, not each
+    block's slowest pool: a stage is priced on the pool slowest over its range (step.layout._slowest_pool,
+    max_p Σ_k), which no fixed pool's sum exceeds, while Σ_k max_p can (pools that rank blocks differently,
+    e.g. an MI300X and an H100 GPU in one stage). What search.staged.splits.bound_s bounds a candidate's step
+    with, worked out from the blocks alone (no StageArrays: its neighbours' links, its StepInputs)."""
     units = stage_units(model, cluster, common, setting)
-    return np.max([sum(per_block_parts(model, u).values()) for u in units.values()], axis=0)
+    rows = [sum(per_block_parts(model, u).values()) for u in units.values()]
+    return max(rows, key=lambda row: float(row.sum()))
 
 
 def stage_pool_units(
