@@ -177,6 +177,17 @@ def test_variants_list_schedules_and_offloads_like_the_uniform_search():
         HeteroProblem(TINY, CLUSTERS["a100"], 8, 512, schedules=("1f1b", "dualpipe"))
 
 
+@pytest.mark.parametrize(
+    ("field", "option"),
+    [("micro_batches", "micro-batch"), ("tps", "tp"), ("pps", "pp"), ("cps", "cp")],
+)
+def test_a_zero_degree_or_micro_batch_is_refused_in_one_line(field, option):
+    """--micro-batch 0 ended in an internal ZeroDivisionError (the session's review): every listed degree and
+    micro-batch size is a positive count, refused by the command's option name otherwise."""
+    with pytest.raises(InputError, match=f"^{option}: '0' is not allowed; give positive integers$"):
+        HeteroProblem(TINY, CLUSTERS["a100"], 8, 512, **{field: (0,)})
+
+
 def test_cluster_space_size_counts_the_listed_candidates_with_cp_and_variants(monkeypatch):
     """cluster_space_size against the candidate stream with the per-stage rules switched off."""
     problem = HeteroProblem(

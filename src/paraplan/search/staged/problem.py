@@ -114,9 +114,17 @@ class HeteroProblem:
         )
         if unlaunchable:
             raise InputError.from_violations([Violation(*v) for v in unlaunchable])
-        if not self.cps or min(self.cps) < 1:  # a context-parallel degree is a positive count
-            listed = ",".join(map(str, self.cps))
-            raise InputError(f"cp: {listed!r} is not allowed; give positive integers")
+        # degrees and micro-batch sizes are positive counts (named as the command's options)
+        for name, option in (
+            ("cps", "cp"),
+            ("micro_batches", "micro-batch"),
+            ("tps", "tp"),
+            ("pps", "pp"),
+        ):
+            values = getattr(self, name)
+            if values is not None and (not values or min(values) < 1):
+                listed = ",".join(map(str, values))
+                raise InputError(f"{option}: {listed!r} is not allowed; give positive integers")
         if refused := per_stage_schedules_rule(self.schedules):
             names, rule = refused
             raise InputError(f"schedules: {','.join(names)!r} is not allowed; {rule}")
