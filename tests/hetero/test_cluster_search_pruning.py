@@ -179,3 +179,8 @@ def test_per_block_parts_lays_each_distinct_blocks_seconds_over_the_block_list()
                 for a, hosts in attached_blocks(model)
             ]
             assert parts[name][k] == own + sum(brought)
+    # memoised: neither the mapping nor its arrays can be changed by a caller
+    with pytest.raises(TypeError):
+        parts["forward"] = parts["forward"] * 0  # type: ignore[index]
+    with pytest.raises(ValueError):
+        parts["forward"][0] = 0.0

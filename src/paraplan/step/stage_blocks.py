@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from functools import lru_cache
+from types import MappingProxyType
 
 import numpy as np
 
@@ -168,12 +169,14 @@ def pool_units(
 
 
 @lru_cache(maxsize=4096)
-def per_block_parts(model: ModelSpec, units: tuple[BlockCost, ...]) -> dict[str, np.ndarray]:
+def per_block_parts(
+    model: ModelSpec, units: tuple[BlockCost, ...]
+) -> MappingProxyType[str, np.ndarray]:
     """BlockTerms seconds of every block of the block list (index k = block k) from the distinct blocks', each
     with those of the blocks it brings (``attached_blocks``: an MTP module's with the output block): each
     distinct block's seconds worked out once, then laid out over the list (``_list_index``). Memoised (the
     per-stage searches bound every candidate's stages with it, and a pool's units, step.stage_blocks.pool_units,
-    recur across pool orders): the arrays are read-only."""
+    recur across pool orders): the mapping and its arrays are read-only."""
     distinct = distinct_blocks(model)
     index = {ref: d for d, ref in enumerate(distinct)}
     attached = [(index[ref], hosts) for ref, hosts in attached_blocks(model)]
@@ -193,7 +196,7 @@ def per_block_parts(model: ModelSpec, units: tuple[BlockCost, ...]) -> dict[str,
     }
     for array in out.values():
         array.setflags(write=False)
-    return out
+    return MappingProxyType(out)
 
 
 @lru_cache(maxsize=64)
