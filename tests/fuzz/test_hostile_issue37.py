@@ -190,11 +190,19 @@ def test_non_uniform_keeps_the_budget_from_its_first_second_and_says_where_it_st
     t0 = time.perf_counter()
     result = search_non_uniform(problem, top_k=1, time_budget_s=1.0, seeded=False)
     assert time.perf_counter() - t0 < 1.0 + 4.0
-    # the start search's budget is what is left of the second after the space is counted
-    assert result.stopped.startswith("while finding the AMP-style start plan: time budget 0.")
-    assert "; the AMP-style start search's space (equal stages, layer split by DP) holds " in (
-        result.stopped
-    )
+    # the budget ends the search in one of its phases, and the stop names that phase's space: cut while
+    # finding the AMP-style start (its budget what is left of the second after the space is counted), the
+    # start search's own space; cut during the alleviation (the start search finishes within the second on
+    # a quiet machine since its candidates are bounded from their blocks alone), the non-uniform space
+    stopped = result.stopped
+    if stopped.startswith("while finding the AMP-style start plan"):
+        assert stopped.startswith("while finding the AMP-style start plan: time budget 0.")
+        assert "; the AMP-style start search's space (equal stages, layer split by DP) holds " in (
+            stopped
+        )
+    else:
+        assert stopped.startswith("time budget 1 s reached: ") and "alleviation moves" in stopped
+        assert stopped.endswith(f"the non-uniform space holds {result.space} candidates")
 
 
 def test_non_uniform_exact_enumeration_keeps_the_budget_too():
