@@ -97,18 +97,28 @@ def takes_depth(problem: HeteroProblem, pp: int, microbatches: int) -> bool:
 
 
 def cp_allowed(problem: HeteroProblem, tp: int, cp: int) -> bool:
-    """Does a stage of tensor-parallel degree ``tp`` run context-parallel degree ``cp``: the uniform search's
-    cp rules (search.space.SearchProblem.factorizations: specs.rules.cp_rule, ulysses_rule under the run's
-    cp_algorithm, the launcher's search.launch.degrees_allowed) and the per-stage plan's (specs.rules.
-    stage_cp_rule: an encoder-decoder takes cp 1; deepspeed_cp_rule on DeepSpeed's pipeline engine)?"""
+    """Does a stage of tensor-parallel degree ``tp`` run context-parallel degree ``cp`` (``cp_refusal``)?"""
+    return cp_refusal(problem, tp, cp) is None
+
+
+def cp_refusal(problem: HeteroProblem, tp: int, cp: int) -> str | None:
+    """Why a stage of tensor-parallel degree ``tp`` cannot run context-parallel degree ``cp``, in the first
+    refusing rule's words, or None: the per-stage plan's rules (specs.rules.stage_cp_rule: an encoder-decoder
+    takes cp 1; deepspeed_cp_rule on DeepSpeed's pipeline engine) and the uniform search's
+    (search.space.SearchProblem.factorizations: specs.rules.cp_rule, ulysses_rule under the run's
+    cp_algorithm, the launcher's search.launch.degrees_allowed)."""
     algorithm = problem.runtime.cp_algorithm
-    return not (
-        cp_rule(problem.seq_length, cp)
-        or ulysses_rule(problem.model, tp, cp, algorithm)
-        or not launch.degrees_allowed(problem.framework, tp, cp, problem.seq_length)
-        or stage_cp_rule(problem.model, cp, cp)
-        or (problem.engine == "deepspeed" and deepspeed_cp_rule(cp, algorithm))
-    )
+    if rule := stage_cp_rule(problem.model, cp, cp):
+        return rule
+    if rule := cp_rule(problem.seq_length, cp):
+        return f"seq_length {problem.seq_length} {rule}"
+    if problem.engine == "deepspeed" and (rule := deepspeed_cp_rule(cp, algorithm)):
+        return rule
+    if rule := ulysses_rule(problem.model, tp, cp, algorithm):
+        return rule
+    if not launch.degrees_allowed(problem.framework, tp, cp, problem.seq_length):
+        return f"{problem.framework}'s launcher does not run it (search.launch.degrees_allowed)"
+    return None
 
 
 def searched_offloads(problem: HeteroProblem) -> dict[str, bool]:
@@ -138,23 +148,11 @@ def axes_violations(problem: HeteroProblem, seeded: bool) -> list[Violation]:
     tps = [2**j for j in range(problem.cluster.gpus.bit_length())]
     if not any(cp_allowed(problem, tp, cp) for cp in problem.cps for tp in tps):
         listed = ",".join(map(str, problem.cps))
-        out.append(Violation("--cp", listed, _cp_refusal(problem, max(problem.cps))))
+        # no tp runs it: the reason at tp 1 (the rules that do not read tp come first)
+        why = cp_refusal(problem, 1, max(problem.cps))
+        why = why or f"no stage of {problem.model.name} runs it at any tp (cp_allowed)"
+        out.append(Violation("--cp", listed, why))
     return out
-
-
-def _cp_refusal(problem: HeteroProblem, cp: int) -> str:
-    """Why no stage runs context-parallel degree ``cp``: the first of ``cp_allowed``'s rules that refuses it
-    whatever the tp, in its own words."""
-    if rule := stage_cp_rule(problem.model, cp, cp):
-        return rule
-    if rule := cp_rule(problem.seq_length, cp):
-        return f"seq_length {problem.seq_length} {rule}"
-    algorithm = problem.runtime.cp_algorithm
-    if problem.engine == "deepspeed" and (rule := deepspeed_cp_rule(cp, algorithm)):
-        return rule
-    if not launch.degrees_allowed(problem.framework, 1, cp, problem.seq_length):
-        return f"{problem.framework}'s launcher does not run it (search.launch.degrees_allowed)"
-    return f"no stage of {problem.model.name} runs it at any tp (search.staged.axes.cp_allowed)"
 
 
 def _unchunked() -> list[str]:

@@ -19,6 +19,7 @@ from typing import NamedTuple
 import numpy as np
 
 from paraplan.search import launch
+from paraplan.search.staged.axes import searched_offloads
 from paraplan.search.staged.balance import balance_split, pipeline_objective
 from paraplan.search.staged.problem import HeteroProblem
 from paraplan.specs.rules_schedule import DEFAULT_SCHEDULE
@@ -108,11 +109,6 @@ def pipeline_cutoff_s(problem: HeteroProblem, stage_times, microbatches: int) ->
     )
 
 
-def offloads(problem: HeteroProblem) -> bool:
-    """Does the problem offload anything (its offload switches, search.staged.axes.OFFLOAD_SWITCH_FIELDS)?"""
-    return problem.offload_weights or problem.offload_activations or problem.offload_optimizer
-
-
 def fixed_bounds(problem: HeteroProblem, stages: int) -> tuple[int, ...] | None:
     """Block boundaries of the one split the framework's launcher states (search.launch.fixed_split:
     the embedding block with the first stage's layers, the output block with the last's), or None."""
@@ -185,7 +181,8 @@ def allowed_ranges(
     n = len(model_blocks(problem.model))
     ok = np.triu(np.ones((n + 1, n + 1), dtype=bool), k=1)  # non-empty ranges a < b
     ok &= memory["peak_bytes"] <= arr.capacity
-    if offloads(problem):  # what it offloads fits in host memory (step.result.StageMemory.fits)
+    # what it offloads fits in host memory (step.result.StageMemory.fits)
+    if any(searched_offloads(problem).values()):
         ok &= memory["host_bytes"] <= arr.host_capacity
     fixed = fixed_bounds(problem, stages)
     if fixed is not None:  # the launcher's one split: its range only
